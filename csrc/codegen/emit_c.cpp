@@ -1,0 +1,242 @@
+#include "codegen/emit_c.h"
+
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "guards/decision.h"
+#include "ir/text.h"
+
+namespace trident::codegen {
+namespace {
+
+#include "abi_text.inc"
+
+// Integer helpers with Python semantics (floor division and modulo round toward -inf), because the
+// symbolic expressions come from Python-level shape arithmetic.
+const char* kHelpers = R"C(
+#include <string.h>
+static inline int64_t trd_floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t trd_mod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t trd_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t trd_max(int64_t a, int64_t b) { return a > b ? a : b; }
+)C";
+
+std::string c_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') { out += '\\'; out += c; }
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out + "\"";
+}
+
+std::string sym_operand(const ir::Operand& o) {
+  if (o.kind == ir::Operand::Kind::Sym) return "s" + std::to_string(o.i);
+  return "INT64_C(" + std::to_string(o.i) + ")";
+}
+
+struct SiteOut {
+  std::string text;
+  int32_t spec;
+};
+
+class SpecEmitter {
+ public:
+  SpecEmitter(const ir::Spec& s, std::vector<SiteOut>& sites) : s_(s), sites_(sites) {}
+
+  std::string body;
+  int32_t nslots = 0;
+  int32_t nout = 0;
+  std::string output_tree;
+
+  void run() {
+    for (const auto& in : s_.body) instr(in);
+  }
+
+ private:
+  const ir::Spec& s_;
+  std::vector<SiteOut>& sites_;
+  std::map<int64_t, ir::Operand> loc_;   // %id -> arg(K) / state(K) / %slot
+  std::map<int64_t, int32_t> arg_leaf_;  // %id of an argument -> leaf index
+
+  void line(const std::string& t) { body += "  " + t + "\n"; }
+
+  // Rewrite an operand tree into site form: tensors by location, symbols by dyn position.
+  ir::Operand resolve(const ir::Operand& o, std::vector<std::string>& dyn) {
+    using K = ir::Operand::Kind;
+    if (o.kind == K::Value) {
+      auto it = loc_.find(o.i);
+      if (it == loc_.end()) throw std::logic_error("codegen: %" + std::to_string(o.i) + " has no location");
+      return it->second;
+    }
+    if (o.kind == K::Sym) {
+      dyn.push_back("s" + std::to_string(o.i));
+      return ir::Operand::sym(static_cast<int64_t>(dyn.size() - 1));
+    }
+    ir::Operand r = o;
+    for (auto& it : r.items) it = resolve(it, dyn);
+    return r;
+  }
+
+  std::string dyn_array(const std::vector<std::string>& dyn, const char* name, const char* type) {
+    if (dyn.empty()) return "";
+    std::string s = std::string(type) + " " + name + "[" + std::to_string(dyn.size()) + "] = {";
+    for (size_t k = 0; k < dyn.size(); ++k) s += (k ? ", " : "") + dyn[k];
+    return s + "}; ";
+  }
+
+  int32_t add_site(const ir::Instr& site) {
+    sites_.push_back({ir::print_instr(site), s_.id});
+    return static_cast<int32_t>(sites_.size() - 1);
+  }
+
+  void instr(const ir::Instr& in) {
+    using K = ir::Instr::Kind;
+    std::string r = in.results.empty() ? "" : "s" + std::to_string(in.results[0]);
+    switch (in.kind) {
+      case K::Arg: {
+        ir::Operand o;
+        o.kind = ir::Operand::Kind::ArgRef;
+        o.i = in.a;
+        loc_[in.results[0]] = o;
+        arg_leaf_[in.results[0]] = static_cast<int32_t>(in.a);
+        break;
+      }
+      case K::State: {
+        ir::Operand o;
+        o.kind = ir::Operand::Kind::StateRef;
+        o.i = in.a;
+        loc_[in.results[0]] = o;
+        break;
+      }
+      case K::SymLeaf: line("const int64_t " + r + " = L[" + std::to_string(in.a) + "].ival;"); break;
+      case K::SymSize:
+      case K::SymStride:
+        line("const int64_t " + r + " = L[" + std::to_string(arg_leaf_.at(in.a)) + "]." +
+             (in.kind == K::SymSize ? "sizes[" : "strides[") + std::to_string(in.b) + "];");
+        break;
+      case K::SymBin: {
+        std::string a = sym_operand(in.operands[0]), b = sym_operand(in.operands[1]);
+        using B = ir::Instr::BinOp;
+        if (in.binop == B::FloorDiv || in.binop == B::Mod || in.binop == B::CeilDiv)
+          line("if (" + b + " == 0) return rt->fail(f, \"symbolic size: division by zero\");");
+        std::string e;
+        switch (in.binop) {
+          case B::Add: e = a + " + " + b; break;
+          case B::Sub: e = a + " - " + b; break;
+          case B::Mul: e = a + " * " + b; break;
+          case B::FloorDiv: e = "trd_floordiv(" + a + ", " + b + ")"; break;
+          case B::Mod: e = "trd_mod(" + a + ", " + b + ")"; break;
+          case B::Min: e = "trd_min(" + a + ", " + b + ")"; break;
+          case B::Max: e = "trd_max(" + a + ", " + b + ")"; break;
+          case B::CeilDiv: e = "-trd_floordiv(-" + a + ", " + b + ")"; break;
+        }
+        line("const int64_t " + r + " = " + e + ";");
+        break;
+      }
+      case K::Call:
+      case K::Launch: {
+        ir::Instr site = in;
+        std::vector<std::string> dyn, grid;
+        for (auto& o : site.operands) o = resolve(o, dyn);
+        site.grid.clear();
+        for (const auto& g : in.grid) grid.push_back("(uint32_t)" + sym_operand(g));
+        site.results.clear();
+        for (int64_t v : in.results) {
+          loc_[v] = ir::Operand::value(nslots);
+          site.results.push_back(nslots++);
+        }
+        if (in.kind == K::Launch)
+          for (int k = 0; k < 3; ++k) site.grid.push_back(ir::Operand::integer(k));  // placeholders
+        int32_t id = add_site(site);
+        std::string dyn_decl = dyn_array(dyn, "d", "const int64_t");
+        std::string d = dyn.empty() ? "NULL" : "d";
+        if (in.kind == K::Call) {
+          line("{ " + dyn_decl + "if (rt->call(f, " + std::to_string(id) + ", " + d + ")) return 1; }");
+        } else {
+          line("{ " + dyn_array(grid, "g", "const uint32_t") + dyn_decl + "if (rt->launch(f, " +
+               std::to_string(id) + ", g, " + d + ", NULL)) return 1; }");
+        }
+        break;
+      }
+      case K::Release:
+        line("rt->release(f, " + std::to_string(loc_.at(in.a).i) + ");");
+        break;
+      case K::Return: {
+        std::vector<std::string> outs;
+        ir::Operand tree = resolve(in.operands[0], outs);
+        for (size_t k = 0; k < outs.size(); ++k) line("out[" + std::to_string(k) + "] = " + outs[k] + ";");
+        nout = static_cast<int32_t>(outs.size());
+        output_tree = ir::print_operand(tree);
+        line("return 0;");
+        break;
+      }
+    }
+  }
+};
+
+template <typename T>
+std::string c_array(const char* type, const char* name, const std::vector<T>& items) {
+  std::ostringstream s;
+  s << "static " << type << " " << name << "[] = {";
+  if (items.empty()) s << "0";
+  for (size_t k = 0; k < items.size(); ++k) s << (k ? ", " : "") << items[k];
+  s << "};\n";
+  return s.str();
+}
+
+}  // namespace
+
+const char* abi_header_text() { return kTridentAbiText; }
+
+EmittedModule emit_module(const ir::Module& m) {
+  std::ostringstream src;
+  src << "/* Specialization Cache Module generated by torch-trident. Do not edit. */\n";
+  src << kTridentAbiText << kHelpers << "\n";
+  src << guards::emit_select(m.specs) << "\n";
+
+  std::vector<SiteOut> sites;
+  std::vector<std::string> runs, outputs;
+  std::vector<int32_t> nslots, nout;
+  for (size_t k = 0; k < m.specs.size(); ++k) {
+    const auto& s = m.specs[k];
+    if (s.id != static_cast<int32_t>(k))
+      throw std::logic_error("codegen: spec ids must be 0..n-1 in order, found " + std::to_string(s.id));
+    SpecEmitter e(s, sites);
+    e.run();
+    std::string name = "trd_run_" + std::to_string(k);
+    src << "static int " << name << "(const trd_rt* rt, trd_frame* f, const trd_leaf* L, int64_t* out) {\n"
+        << "  (void)L; (void)out;\n"
+        << e.body << "}\n\n";
+    runs.push_back(name);
+    outputs.push_back(c_string(e.output_tree));
+    nslots.push_back(e.nslots);
+    nout.push_back(e.nout);
+  }
+  std::vector<std::string> site_text;
+  std::vector<int32_t> site_spec;
+  for (const auto& s : sites) {
+    site_text.push_back(c_string(s.text));
+    site_spec.push_back(s.spec);
+  }
+  src << c_array("const trd_run_fn", "trd_runs", runs) << c_array("const int32_t", "trd_nslots", nslots)
+      << c_array("const int32_t", "trd_nout", nout) << c_array("const char* const", "trd_outputs", outputs)
+      << c_array("const char* const", "trd_sites", site_text)
+      << c_array("const int32_t", "trd_site_spec", site_spec);
+  src << "static const trd_module trd_the_module = {TRD_ABI_VERSION, " << m.specs.size()
+      << ", trd_select, trd_runs, trd_nslots, trd_nout, trd_outputs, " << sites.size()
+      << ", trd_sites, trd_site_spec};\n"
+      << "__attribute__((visibility(\"default\"))) const trd_module* trident_module_v1(void) {\n"
+      << "  return &trd_the_module;\n}\n";
+  return {src.str()};
+}
+
+}  // namespace trident::codegen

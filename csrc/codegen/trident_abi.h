@@ -1,0 +1,97 @@
+/* trident_abi.h: the one contract between a generated Specialization Cache Module and the runtime.
+ *
+ * Generated modules are plain C11 compiled by the system compiler. They include no torch header:
+ * everything they need from the runtime goes through the versioned function table trd_rt, and
+ * everything the runtime needs from them comes back through trd_module. Bump TRD_ABI_VERSION on any
+ * change to a struct below; the loader refuses modules built for another version, and the version is
+ * part of the module's content hash, so stale cache entries are never loaded.
+ *
+ * Ownership: the runtime owns every tensor. Generated code names tensors by frame slot index and
+ * never touches them; it only computes integers (guards, symbolic sizes, grids) and sequences calls.
+ */
+#ifndef TRIDENT_ABI_H
+#define TRIDENT_ABI_H
+
+#include <stdint.h>
+
+#define TRD_ABI_VERSION 1
+#define TRD_MAX_DIM 8
+
+/* Leaf kinds: one flattened argument (user argument or captured module state). */
+enum { TRD_NONE = 0, TRD_TENSOR = 1, TRD_INT = 2, TRD_FLOAT = 3, TRD_BOOL = 4 };
+
+/* trd_leaf.flags bits */
+enum { TRD_REQUIRES_GRAD = 1 };
+
+/* One argument as the guards see it. Filled by the bindings from the TensorImpl (tensors) or the
+ * Python object (scalars). sizes/strides beyond dim are zero, so any guard may read any index
+ * below TRD_MAX_DIM without first proving the rank: a read is always memory-safe, and a guard that
+ * reads a dimension the tensor lacks simply fails alongside the rank guard. */
+typedef struct trd_leaf {
+  int32_t kind;
+  int32_t dtype;        /* c10::ScalarType */
+  int32_t device_type;  /* c10::DeviceType */
+  int32_t device_index;
+  int32_t dim;
+  int32_t flags;
+  uint64_t keyset;      /* dispatch key set, masked as the bindings define */
+  int64_t sizes[TRD_MAX_DIM];
+  int64_t strides[TRD_MAX_DIM];
+  int64_t storage_offset;
+  uint64_t data_ptr;
+  int64_t ival;         /* ints and bools */
+  double fval;          /* floats */
+} trd_leaf;
+
+/* One call: the flattened user arguments and the global state the guards read. Captured module
+ * state (parameters, buffers) is not here: the bindings check it before selection, once for all
+ * specializations, and the runtime hands the tensors to call sites directly. */
+typedef struct trd_call {
+  const trd_leaf* leaves;
+  int32_t nleaves;
+  int32_t grad_mode;          /* torch.is_grad_enabled() */
+  const char* structure;      /* argument structure string, see python/bindings/flatten.h */
+  int32_t structure_len;
+} trd_call;
+
+typedef struct trd_frame trd_frame; /* opaque: per-call tensor slots, owned by the runtime */
+
+/* The runtime's function table, handed to generated code on every run.
+ * Every function returns 0 on success, nonzero after recording an error in the frame;
+ * generated code then returns nonzero at once and the runtime raises. */
+typedef struct trd_rt {
+  uint32_t abi_version;
+  uint32_t size;  /* sizeof(trd_rt), for forward-compatible growth */
+  /* Run call site `site` of the module; dyn holds the site's runtime integers in site order. */
+  int (*call)(trd_frame* f, int32_t site, const int64_t* dyn);
+  /* Launch Triton kernel site `site`: grid and the integer/float params computed by generated code. */
+  int (*launch)(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* ints, const double* floats);
+  /* Drop the frame's reference to a slot (last use passed). */
+  void (*release)(trd_frame* f, int32_t slot);
+  /* Record a failure raised by generated code itself (e.g. a symbolic size went negative). */
+  int (*fail)(trd_frame* f, const char* message);
+} trd_rt;
+
+/* One specialization's host program. Reads leaves, writes integer outputs to out_ints. */
+typedef int (*trd_run_fn)(const trd_rt* rt, trd_frame* f, const trd_leaf* leaves, int64_t* out_ints);
+
+/* What a module exports through trident_module_v1(). All strings are static. */
+typedef struct trd_module {
+  uint32_t abi_version;
+  int32_t nspecs;
+  /* Decision program: index of the specialization whose guards all hold, or -1 (miss).
+   * Never explains; the runtime's cold path does that. */
+  int32_t (*select)(const trd_call* call);
+  const trd_run_fn* run;             /* [nspecs] */
+  const int32_t* nslots;             /* [nspecs] frame size of each program */
+  const int32_t* nout_ints;          /* [nspecs] */
+  const char* const* outputs;        /* [nspecs] output tree, host IR return syntax */
+  int32_t nsites;
+  const char* const* sites;          /* [nsites] call/launch site, host IR instruction syntax */
+  const int32_t* site_spec;          /* [nsites] which spec each site belongs to */
+} trd_module;
+
+typedef const trd_module* (*trd_module_entry_fn)(void);
+#define TRD_MODULE_ENTRY "trident_module_v1"
+
+#endif /* TRIDENT_ABI_H */

@@ -1,0 +1,201 @@
+#include "guards/decision.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "ir/text.h"
+#include "ir/verifier.h"
+
+namespace trident::guards {
+namespace {
+
+using ir::Field;
+using ir::Guard;
+
+std::string int_literal(int64_t v) {
+  if (v == INT64_MIN) return "(-INT64_C(9223372036854775807) - 1)";
+  return "INT64_C(" + std::to_string(v) + ")";
+}
+
+std::string float_literal(double v) {
+  if (std::isinf(v)) return v > 0 ? "__builtin_inf()" : "(-__builtin_inf())";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string field_expr(const Field& f) {
+  using K = Field::Kind;
+  if (f.kind == K::GradMode) return "c->grad_mode";
+  if (f.kind == K::NumLeaves) return "c->nleaves";
+  std::string leaf = "c->leaves[" + std::to_string(f.leaf) + "].";
+  switch (f.kind) {
+    case K::LeafKind: return leaf + "kind";
+    case K::Size: return leaf + "sizes[" + std::to_string(f.index) + "]";
+    case K::Stride: return leaf + "strides[" + std::to_string(f.index) + "]";
+    case K::KeySet: return "(int64_t)" + leaf + "keyset";
+    case K::DataPtr: return "(int64_t)" + leaf + "data_ptr";
+    case K::IntValue: return leaf + "ival";
+    case K::FloatValue: return leaf + "fval";
+    default: return leaf + ir::field_name(f.kind);
+  }
+}
+
+// Guards are compared by their printed form: two specs share a check exactly when it reads the same.
+std::string key(const Guard& g) { return ir::print_guard(g); }
+
+bool switchable(const Guard& g) {
+  return g.op == Guard::Op::Eq && !g.rhs_is_field && g.lhs.kind != Field::Kind::FloatValue;
+}
+
+struct Cand {
+  int32_t id;
+  std::vector<Guard> guards;
+};
+
+class Emitter {
+ public:
+  std::string out;
+
+  void line(int depth, const std::string& s) { out += std::string(2 * depth, ' ') + s + "\n"; }
+
+  void tree(std::vector<Cand> cands, int depth) {
+    if (cands.empty()) { line(depth, "return -1;"); return; }
+    hoist_common(cands, depth);
+
+    // Split on the switchable field that the most candidates constrain (ties: more distinct values).
+    std::map<std::string, std::pair<Field, std::map<int64_t, int>>> fields;  // field text -> values
+    for (const auto& c : cands)
+      for (const auto& g : c.guards)
+        if (switchable(g)) {
+          auto& e = fields[field_expr(g.lhs)];
+          e.first = g.lhs;
+          e.second[g.rhs_int]++;
+        }
+    if (fields.empty()) { leaf_checks(cands, depth); return; }
+    const std::pair<Field, std::map<int64_t, int>>* best = nullptr;
+    int best_cover = -1;
+    for (const auto& [name, e] : fields) {
+      int cover = 0;
+      for (const auto& [v, n] : e.second) cover += n;
+      if (cover > best_cover || (cover == best_cover && e.second.size() > best->second.size())) {
+        best = &e;
+        best_cover = cover;
+      }
+    }
+    const Field split = best->first;
+
+    std::map<int64_t, std::vector<Cand>> branches;
+    std::vector<Cand> unconstrained;
+    for (auto& c : cands) {
+      auto it = std::find_if(c.guards.begin(), c.guards.end(),
+                             [&](const Guard& g) { return switchable(g) && g.lhs == split; });
+      if (it == c.guards.end()) { unconstrained.push_back(c); continue; }
+      int64_t v = it->rhs_int;
+      Cand reduced = c;
+      reduced.guards.erase(reduced.guards.begin() + (it - c.guards.begin()));
+      branches[v].push_back(std::move(reduced));
+    }
+    line(depth, "switch (" + field_expr(split) + ") {");
+    for (auto& [v, members] : branches) {
+      // Unconstrained candidates stay possible on every branch; keep spec order for lowest-id-wins.
+      members.insert(members.end(), unconstrained.begin(), unconstrained.end());
+      std::sort(members.begin(), members.end(), [](const Cand& a, const Cand& b) { return a.id < b.id; });
+      line(depth + 1, "case " + int_literal(v) + ": {");
+      tree(members, depth + 2);
+      line(depth + 1, "}");
+    }
+    line(depth + 1, "default: {");
+    tree(unconstrained, depth + 2);
+    line(depth + 1, "}");
+    line(depth, "}");
+  }
+
+ private:
+  void hoist_common(std::vector<Cand>& cands, int depth) {
+    std::map<std::string, int> count;
+    for (const auto& c : cands) {
+      std::set<std::string> seen;
+      for (const auto& g : c.guards)
+        if (seen.insert(key(g)).second) count[key(g)]++;
+    }
+    std::set<std::string> emitted;
+    for (const auto& g : cands[0].guards) {
+      std::string k = key(g);
+      if (count[k] == static_cast<int>(cands.size()) && emitted.insert(k).second)
+        line(depth, "if (!(" + guard_expr(g) + ")) return -1;");
+    }
+    for (auto& c : cands)
+      c.guards.erase(std::remove_if(c.guards.begin(), c.guards.end(),
+                                    [&](const Guard& g) { return emitted.count(key(g)) > 0; }),
+                     c.guards.end());
+  }
+
+  void leaf_checks(const std::vector<Cand>& cands, int depth) {
+    for (const auto& c : cands) {
+      if (c.guards.empty()) { line(depth, "return " + std::to_string(c.id) + ";"); return; }
+      std::string cond;
+      for (const auto& g : c.guards) cond += (cond.empty() ? "" : " && ") + ("(" + guard_expr(g) + ")");
+      line(depth, "if (" + cond + ") return " + std::to_string(c.id) + ";");
+    }
+    line(depth, "return -1;");
+  }
+};
+
+std::string c_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string guard_expr(const Guard& g) {
+  std::string lhs = field_expr(g.lhs);
+  if (g.lhs.kind == Field::Kind::FloatValue && !g.rhs_is_field) {
+    if (std::isnan(g.rhs_float)) return "0";  // NaN equals nothing: always a (spurious) miss
+    return lhs + " " + ir::guard_op_name(g.op) + " " + float_literal(g.rhs_float);
+  }
+  std::string rhs = g.rhs_is_field ? field_expr(g.rhs_field) : int_literal(g.rhs_int);
+  switch (g.op) {
+    case Guard::Op::DivisibleBy: return "(" + lhs + " % " + rhs + ") == 0";
+    case Guard::Op::NotDivisibleBy: return "(" + lhs + " % " + rhs + ") != 0";
+    default: return lhs + " " + ir::guard_op_name(g.op) + " " + rhs;
+  }
+}
+
+std::string emit_select(const std::vector<ir::Spec>& specs) {
+  Emitter e;
+  e.line(0, "static int32_t trd_select(const trd_call* c) {");
+  // Group by structure, keeping first-appearance order.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<Cand>> groups;
+  for (const auto& s : specs) {
+    if (!groups.count(s.structure)) order.push_back(s.structure);
+    Cand c{s.id, s.guards};
+    Guard n;
+    n.lhs.kind = Field::Kind::NumLeaves;
+    n.rhs_int = ir::count_structure_leaves(s.structure);
+    c.guards.insert(c.guards.begin(), n);
+    groups[s.structure].push_back(std::move(c));
+  }
+  for (const auto& st : order) {
+    e.line(1, "if (c->structure_len == " + std::to_string(st.size()) + " && memcmp(c->structure, " +
+                  c_string(st) + ", " + std::to_string(st.size()) + ") == 0) {");
+    e.tree(groups[st], 2);
+    e.line(1, "}");
+  }
+  e.line(1, "return -1;");
+  e.line(0, "}");
+  return e.out;
+}
+
+}  // namespace trident::guards

@@ -1,0 +1,78 @@
+#include "guards/explain.h"
+
+#include <cstring>
+
+#include "ir/text.h"
+#include "ir/verifier.h"
+
+namespace trident::guards {
+
+int64_t read_field(const ir::Field& f, const trd_call& c) {
+  using K = ir::Field::Kind;
+  if (f.kind == K::GradMode) return c.grad_mode;
+  if (f.kind == K::NumLeaves) return c.nleaves;
+  if (f.leaf < 0 || f.leaf >= c.nleaves) return INT64_MIN;  // absent leaf: equals no literal
+  const trd_leaf& l = c.leaves[f.leaf];
+  switch (f.kind) {
+    case K::LeafKind: return l.kind;
+    case K::Dtype: return l.dtype;
+    case K::DeviceType: return l.device_type;
+    case K::DeviceIndex: return l.device_index;
+    case K::Dim: return l.dim;
+    case K::Flags: return l.flags;
+    case K::KeySet: return static_cast<int64_t>(l.keyset);
+    case K::Size: return l.sizes[f.index];
+    case K::Stride: return l.strides[f.index];
+    case K::StorageOffset: return l.storage_offset;
+    case K::DataPtr: return static_cast<int64_t>(l.data_ptr);
+    case K::IntValue: return l.ival;
+    default: return 0;
+  }
+}
+
+bool check_guard(const ir::Guard& g, const trd_call& c) {
+  using Op = ir::Guard::Op;
+  if (g.lhs.kind == ir::Field::Kind::FloatValue && !g.rhs_is_field) {
+    if (g.lhs.leaf >= c.nleaves) return false;
+    double v = c.leaves[g.lhs.leaf].fval;
+    switch (g.op) {
+      case Op::Eq: return v == g.rhs_float;
+      case Op::Ne: return v != g.rhs_float;
+      case Op::Ge: return v >= g.rhs_float;
+      case Op::Le: return v <= g.rhs_float;
+      case Op::Gt: return v > g.rhs_float;
+      case Op::Lt: return v < g.rhs_float;
+      default: return false;
+    }
+  }
+  int64_t a = read_field(g.lhs, c);
+  int64_t b = g.rhs_is_field ? read_field(g.rhs_field, c) : g.rhs_int;
+  switch (g.op) {
+    case Op::Eq: return a == b;
+    case Op::Ne: return a != b;
+    case Op::Ge: return a >= b;
+    case Op::Le: return a <= b;
+    case Op::Gt: return a > b;
+    case Op::Lt: return a < b;
+    case Op::DivisibleBy: return b != 0 && a % b == 0;
+    case Op::NotDivisibleBy: return b != 0 && a % b != 0;
+  }
+  return false;
+}
+
+std::string first_failure(const ir::Spec& spec, const trd_call& c) {
+  if (static_cast<size_t>(c.structure_len) != spec.structure.size() ||
+      std::memcmp(c.structure, spec.structure.data(), spec.structure.size()) != 0)
+    return "structure: call has \"" + std::string(c.structure, c.structure_len) + "\", spec expects \"" +
+           spec.structure + "\"";
+  for (const auto& g : spec.guards) {
+    if (check_guard(g, c)) continue;
+    std::string actual = g.lhs.kind == ir::Field::Kind::FloatValue && g.lhs.leaf < c.nleaves
+                             ? std::to_string(c.leaves[g.lhs.leaf].fval)
+                             : std::to_string(read_field(g.lhs, c));
+    return ir::print_guard(g).substr(6) + " (actual " + actual + ")";
+  }
+  return "";
+}
+
+}  // namespace trident::guards

@@ -1,0 +1,112 @@
+// Host IR: the typed, printable program of one Specialization Cache Module.
+//
+// A Module holds specializations. Each Spec has the guards that must hold for a call to use it and a
+// straight-line body. Values are of two families:
+//   %N  tensor-like values (an argument, captured module state, or a result of a call/launch);
+//   $N  64-bit symbolic integers computed natively (argument sizes, Python ints, arithmetic on them).
+// The text form (printer.cpp / parser.cpp) is the interface between the Python lowering and the core,
+// and the unit of golden tests. docs/host_ir.md describes the syntax with examples.
+//
+// This header depends on nothing but the standard library: no torch, no Python.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trident::ir {
+
+// A literal or a reference, as an operand of a call or an element of the output tree.
+struct Operand {
+  enum class Kind : uint8_t {
+    None, Bool, Int, Float, Str,
+    Dtype, Layout, MemFmt, Device,  // typed enum literals: i holds the c10 enum value
+    Value,                          // %N
+    Sym,                            // $N
+    List, Tuple, Dict,              // containers; Dict only in output trees (keys in `keys`)
+    ArgRef, StateRef,               // arg(K), state(K): resolved tensor locations, only in the
+                                    // call sites and output trees that codegen embeds in modules
+  };
+  Kind kind = Kind::None;
+  int64_t i = 0;          // Bool/Int/enum value, %N or $N id; Device: type (index in `j`)
+  int64_t j = -1;         // Device index
+  double f = 0.0;
+  std::string s;          // Str
+  std::vector<Operand> items;
+  std::vector<std::string> keys;  // Dict keys, parallel to items
+
+  static Operand none() { return {}; }
+  static Operand integer(int64_t v) { Operand o; o.kind = Kind::Int; o.i = v; return o; }
+  static Operand value(int64_t id) { Operand o; o.kind = Kind::Value; o.i = id; return o; }
+  static Operand sym(int64_t id) { Operand o; o.kind = Kind::Sym; o.i = id; return o; }
+};
+
+// A field of the call that a guard reads. Leaf fields name a flattened user argument.
+struct Field {
+  enum class Kind : uint8_t {
+    GradMode, NumLeaves,
+    LeafKind, Dtype, DeviceType, DeviceIndex, Dim, Flags, KeySet,
+    Size, Stride, StorageOffset, DataPtr, IntValue, FloatValue,
+  };
+  Kind kind = Kind::GradMode;
+  int32_t leaf = -1;   // for leaf fields
+  int32_t index = -1;  // dimension for Size/Stride
+  bool operator==(const Field& o) const {
+    return kind == o.kind && leaf == o.leaf && index == o.index;
+  }
+};
+
+// An atomic guard: `field op rhs`, where rhs is a literal or another field.
+struct Guard {
+  enum class Op : uint8_t { Eq, Ne, Ge, Le, Gt, Lt, DivisibleBy, NotDivisibleBy };
+  Field lhs;
+  Op op = Op::Eq;
+  bool rhs_is_field = false;
+  Field rhs_field;
+  int64_t rhs_int = 0;      // integer fields
+  double rhs_float = 0.0;   // FloatValue equality
+};
+
+// One instruction of a body.
+struct Instr {
+  enum class Kind : uint8_t {
+    Arg,      // %r = arg K           (user leaf K, a tensor)
+    State,    // %r = state K         (captured module state K)
+    SymLeaf,  // $r = int K           (Python int/bool leaf K)
+    SymSize,  // $r = size %v, d
+    SymStride,// $r = stride %v, d
+    SymBin,   // $r = <op> a, b       (a, b: $N or int literal)
+    Call,     // %r... = call "ns::op.overload" (operands)
+    Launch,   // launch K grid(g0, g1, g2) (operands)      -- Triton kernel K of the module
+    Release,  // release %v           (planner: last use passed)
+    Return,   // return <tree>
+  };
+  enum class BinOp : uint8_t { Add, Sub, Mul, FloorDiv, Mod, Min, Max, CeilDiv };
+  Kind kind = Kind::Return;
+  std::vector<int64_t> results;  // %ids (Call) or the $id (Sym*) or %id (Arg/State)
+  int64_t a = 0;                 // Arg/State/SymLeaf: leaf index; SymSize/Stride: %v; Launch: kernel
+  int64_t b = 0;                 // SymSize/Stride: dim
+  BinOp binop = BinOp::Add;
+  std::string op;                // Call: qualified operator name with overload
+  std::vector<Operand> operands; // Call/Launch arguments, SymBin's two operands, Return: one tree
+  std::vector<Operand> grid;     // Launch: three grid dimensions ($N or int)
+};
+
+struct Spec {
+  int32_t id = 0;
+  std::string structure;        // argument structure string the bindings compute
+  std::vector<Guard> guards;
+  std::vector<Instr> body;
+};
+
+struct Module {
+  std::vector<Spec> specs;
+};
+
+// Names shared by printer, parser and codegen.
+const char* field_name(Field::Kind k);
+const char* guard_op_name(Guard::Op op);
+const char* binop_name(Instr::BinOp op);
+
+}  // namespace trident::ir

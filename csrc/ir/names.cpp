@@ -1,0 +1,55 @@
+// Spellings of IR enums, shared by the printer, the parser and code generation.
+#include "ir/ir.h"
+
+namespace trident::ir {
+
+const char* field_name(Field::Kind k) {
+  switch (k) {
+    case Field::Kind::GradMode: return "grad_mode";
+    case Field::Kind::NumLeaves: return "num_leaves";
+    case Field::Kind::LeafKind: return "kind";
+    case Field::Kind::Dtype: return "dtype";
+    case Field::Kind::DeviceType: return "device_type";
+    case Field::Kind::DeviceIndex: return "device_index";
+    case Field::Kind::Dim: return "dim";
+    case Field::Kind::Flags: return "flags";
+    case Field::Kind::KeySet: return "keyset";
+    case Field::Kind::Size: return "size";
+    case Field::Kind::Stride: return "stride";
+    case Field::Kind::StorageOffset: return "storage_offset";
+    case Field::Kind::DataPtr: return "data_ptr";
+    case Field::Kind::IntValue: return "ival";
+    case Field::Kind::FloatValue: return "fval";
+  }
+  return "?";
+}
+
+const char* guard_op_name(Guard::Op op) {
+  switch (op) {
+    case Guard::Op::Eq: return "==";
+    case Guard::Op::Ne: return "!=";
+    case Guard::Op::Ge: return ">=";
+    case Guard::Op::Le: return "<=";
+    case Guard::Op::Gt: return ">";
+    case Guard::Op::Lt: return "<";
+    case Guard::Op::DivisibleBy: return "divby";
+    case Guard::Op::NotDivisibleBy: return "notdivby";
+  }
+  return "?";
+}
+
+const char* binop_name(Instr::BinOp op) {
+  switch (op) {
+    case Instr::BinOp::Add: return "add";
+    case Instr::BinOp::Sub: return "sub";
+    case Instr::BinOp::Mul: return "mul";
+    case Instr::BinOp::FloorDiv: return "floordiv";
+    case Instr::BinOp::Mod: return "mod";
+    case Instr::BinOp::Min: return "min";
+    case Instr::BinOp::Max: return "max";
+    case Instr::BinOp::CeilDiv: return "ceildiv";
+  }
+  return "?";
+}
+
+}  // namespace trident::ir

@@ -1,0 +1,334 @@
+// Parser for the host IR text form. Recursive descent over a small tokenizer; `#` starts a comment.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "ir/text.h"
+
+namespace trident::ir {
+namespace {
+
+class Lexer {
+ public:
+  explicit Lexer(const std::string& text) : t_(text) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw ParseError("host IR line " + std::to_string(line_) + ": expected " + what + ", found '" +
+                     peek_text() + "'");
+  }
+
+  void skip_space() {
+    while (p_ < t_.size()) {
+      char c = t_[p_];
+      if (c == '\n') { ++line_; ++p_; }
+      else if (c == ' ' || c == '\t' || c == '\r') ++p_;
+      else if (c == '#') { while (p_ < t_.size() && t_[p_] != '\n') ++p_; }
+      else break;
+    }
+  }
+  bool at_end() { skip_space(); return p_ >= t_.size(); }
+  char peek() { skip_space(); return p_ < t_.size() ? t_[p_] : '\0'; }
+  std::string peek_text() const { return t_.substr(p_, std::min<size_t>(16, t_.size() - p_)); }
+
+  bool accept(const char* tok) {
+    skip_space();
+    size_t n = std::strlen(tok);
+    if (t_.compare(p_, n, tok) != 0) return false;
+    // A word token must not run into more word characters ("int" is not a prefix of "int8").
+    if (std::isalpha(static_cast<unsigned char>(tok[n - 1])) && p_ + n < t_.size() &&
+        (std::isalnum(static_cast<unsigned char>(t_[p_ + n])) || t_[p_ + n] == '_'))
+      return false;
+    p_ += n;
+    return true;
+  }
+  void advance(size_t n) { skip_space(); p_ += n; }
+  void expect(const char* tok) { if (!accept(tok)) fail(std::string("'") + tok + "'"); }
+
+  std::string word() {
+    skip_space();
+    size_t b = p_;
+    while (p_ < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[p_])) || t_[p_] == '_')) ++p_;
+    if (b == p_) fail("a name");
+    return t_.substr(b, p_ - b);
+  }
+
+  int64_t integer() {
+    skip_space();
+    const char* b = t_.c_str() + p_;
+    char* e = nullptr;
+    long long v = std::strtoll(b, &e, 10);
+    if (e == b) fail("an integer");
+    p_ += e - b;
+    return v;
+  }
+
+  // A number token: returns true and sets f for floats, false and sets i for integers.
+  bool number(int64_t& i, double& f) {
+    skip_space();
+    if (accept("nan")) { f = NAN; return true; }
+    if (accept("inf")) { f = INFINITY; return true; }
+    if (accept("-inf")) { f = -INFINITY; return true; }
+    size_t b = p_;
+    size_t e = p_;
+    if (e < t_.size() && (t_[e] == '-' || t_[e] == '+')) ++e;
+    bool is_float = false;
+    while (e < t_.size()) {
+      char c = t_[e];
+      if (std::isdigit(static_cast<unsigned char>(c))) { ++e; continue; }
+      if (c == '.' || c == 'e' || c == 'E') { is_float = true; ++e; continue; }
+      if ((c == '-' || c == '+') && (t_[e - 1] == 'e' || t_[e - 1] == 'E')) { ++e; continue; }
+      break;
+    }
+    if (e == b) fail("a number");
+    std::string tok = t_.substr(b, e - b);
+    p_ = e;
+    if (is_float) { f = std::strtod(tok.c_str(), nullptr); return true; }
+    i = std::strtoll(tok.c_str(), nullptr, 10);
+    return false;
+  }
+
+  std::string string() {
+    skip_space();
+    if (p_ >= t_.size() || t_[p_] != '"') fail("a string");
+    std::string s;
+    for (++p_; p_ < t_.size() && t_[p_] != '"'; ++p_) {
+      if (t_[p_] == '\\' && p_ + 1 < t_.size()) {
+        ++p_;
+        s += t_[p_] == 'n' ? '\n' : t_[p_];
+      } else {
+        s += t_[p_];
+      }
+    }
+    if (p_ >= t_.size()) fail("closing '\"'");
+    ++p_;
+    return s;
+  }
+
+ private:
+  const std::string& t_;
+  size_t p_ = 0;
+  int line_ = 1;
+};
+
+int64_t enum_literal(Lexer& lx) {
+  lx.expect("(");
+  int64_t v = lx.integer();
+  lx.expect(")");
+  return v;
+}
+
+Operand operand(Lexer& lx) {
+  using K = Operand::Kind;
+  Operand o;
+  char c = lx.peek();
+  if (c == '%' || c == '$') {
+    lx.accept(c == '%' ? "%" : "$");
+    o.kind = c == '%' ? K::Value : K::Sym;
+    o.i = lx.integer();
+    return o;
+  }
+  if (c == '"') { o.kind = K::Str; o.s = lx.string(); return o; }
+  if (c == '[' || c == '(') {
+    bool is_list = c == '[';
+    lx.accept(is_list ? "[" : "(");
+    o.kind = is_list ? K::List : K::Tuple;
+    const char* close = is_list ? "]" : ")";
+    while (!lx.accept(close)) {
+      o.items.push_back(operand(lx));
+      if (!lx.accept(",")) { lx.expect(close); break; }
+    }
+    return o;
+  }
+  if (c == '{') {
+    lx.accept("{");
+    o.kind = K::Dict;
+    while (!lx.accept("}")) {
+      o.keys.push_back(lx.string());
+      lx.expect(":");
+      o.items.push_back(operand(lx));
+      if (!lx.accept(",")) { lx.expect("}"); break; }
+    }
+    return o;
+  }
+  if (lx.accept("none")) return o;
+  if (lx.accept("arg")) { o.kind = K::ArgRef; o.i = enum_literal(lx); return o; }
+  if (lx.accept("state")) { o.kind = K::StateRef; o.i = enum_literal(lx); return o; }
+  if (lx.accept("true")) { o.kind = K::Bool; o.i = 1; return o; }
+  if (lx.accept("false")) { o.kind = K::Bool; o.i = 0; return o; }
+  if (lx.accept("dtype")) { o.kind = K::Dtype; o.i = enum_literal(lx); return o; }
+  if (lx.accept("layout")) { o.kind = K::Layout; o.i = enum_literal(lx); return o; }
+  if (lx.accept("memfmt")) { o.kind = K::MemFmt; o.i = enum_literal(lx); return o; }
+  if (lx.accept("device")) {
+    o.kind = K::Device;
+    lx.expect("(");
+    o.i = lx.integer();
+    lx.expect(":");
+    o.j = lx.integer();
+    lx.expect(")");
+    return o;
+  }
+  int64_t i = 0;
+  double f = 0;
+  if (lx.number(i, f)) { o.kind = K::Float; o.f = f; }
+  else { o.kind = K::Int; o.i = i; }
+  return o;
+}
+
+Field field(Lexer& lx) {
+  Field f;
+  if (lx.peek() == 'L') {
+    lx.advance(1);
+    f.leaf = static_cast<int32_t>(lx.integer());
+    lx.expect(".");
+  }
+  std::string name = lx.word();
+  for (int k = 0; k <= static_cast<int>(Field::Kind::FloatValue); ++k) {
+    if (name == field_name(static_cast<Field::Kind>(k))) {
+      f.kind = static_cast<Field::Kind>(k);
+      if (f.kind == Field::Kind::Size || f.kind == Field::Kind::Stride) {
+        lx.expect("[");
+        f.index = static_cast<int32_t>(lx.integer());
+        lx.expect("]");
+      }
+      bool global = f.kind == Field::Kind::GradMode || f.kind == Field::Kind::NumLeaves;
+      if (global != (f.leaf < 0)) lx.fail(global ? "a global field without L<n>." : "L<n>. before a leaf field");
+      return f;
+    }
+  }
+  lx.fail("a guard field name");
+}
+
+Guard guard(Lexer& lx) {
+  Guard g;
+  g.lhs = field(lx);
+  bool found = false;
+  // Longest spellings first so that ">=" is not read as ">".
+  for (Guard::Op op : {Guard::Op::Eq, Guard::Op::Ne, Guard::Op::Ge, Guard::Op::Le, Guard::Op::Gt,
+                       Guard::Op::Lt, Guard::Op::NotDivisibleBy, Guard::Op::DivisibleBy}) {
+    if (lx.accept(guard_op_name(op))) { g.op = op; found = true; break; }
+  }
+  if (!found) lx.fail("a guard operator");
+  char c = lx.peek();
+  bool float_rhs = g.lhs.kind == Field::Kind::FloatValue;
+  if (c == 'L' || (!float_rhs && (c == 'g' || c == 'n'))) {
+    g.rhs_is_field = true;
+    g.rhs_field = field(lx);
+  } else if (float_rhs) {
+    int64_t i = 0;
+    double f = 0;
+    g.rhs_float = lx.number(i, f) ? f : static_cast<double>(i);
+  } else {
+    g.rhs_int = lx.integer();
+  }
+  return g;
+}
+
+std::vector<int64_t> results(Lexer& lx, char sigil) {
+  std::vector<int64_t> r;
+  do {
+    lx.expect(sigil == '%' ? "%" : "$");
+    r.push_back(lx.integer());
+  } while (lx.accept(","));
+  lx.expect("=");
+  return r;
+}
+
+std::vector<Operand> operand_list(Lexer& lx) {
+  std::vector<Operand> ops;
+  lx.expect("(");
+  while (!lx.accept(")")) {
+    ops.push_back(operand(lx));
+    if (!lx.accept(",")) { lx.expect(")"); break; }
+  }
+  return ops;
+}
+
+Instr instr(Lexer& lx) {
+  using K = Instr::Kind;
+  Instr in;
+  if (lx.accept("return")) { in.kind = K::Return; in.operands.push_back(operand(lx)); return in; }
+  if (lx.accept("release")) { in.kind = K::Release; lx.expect("%"); in.a = lx.integer(); return in; }
+  if (lx.accept("call")) { in.kind = K::Call; in.op = lx.string(); in.operands = operand_list(lx); return in; }
+  if (lx.accept("launch")) {
+    in.kind = K::Launch;
+    in.a = lx.integer();
+    lx.expect("grid");
+    in.grid = operand_list(lx);
+    in.operands = operand_list(lx);
+    return in;
+  }
+  char sigil = lx.peek();
+  if (sigil != '%' && sigil != '$') lx.fail("an instruction");
+  in.results = results(lx, sigil);
+  std::string w = lx.word();
+  if (sigil == '%') {
+    if (w == "arg" || w == "state") { in.kind = w == "arg" ? K::Arg : K::State; in.a = lx.integer(); return in; }
+    if (w == "call") { in.kind = K::Call; in.op = lx.string(); in.operands = operand_list(lx); return in; }
+    if (w == "launch") {
+      in.kind = K::Launch;
+      in.a = lx.integer();
+      lx.expect("grid");
+      in.grid = operand_list(lx);
+      in.operands = operand_list(lx);
+      return in;
+    }
+    lx.fail("arg, state, call or launch");
+  }
+  if (w == "int") { in.kind = K::SymLeaf; in.a = lx.integer(); return in; }
+  if (w == "size" || w == "stride") {
+    in.kind = w == "size" ? K::SymSize : K::SymStride;
+    lx.expect("%");
+    in.a = lx.integer();
+    lx.expect(",");
+    in.b = lx.integer();
+    return in;
+  }
+  for (int k = 0; k <= static_cast<int>(Instr::BinOp::CeilDiv); ++k) {
+    if (w == binop_name(static_cast<Instr::BinOp>(k))) {
+      in.kind = K::SymBin;
+      in.binop = static_cast<Instr::BinOp>(k);
+      in.operands.push_back(operand(lx));
+      lx.expect(",");
+      in.operands.push_back(operand(lx));
+      return in;
+    }
+  }
+  lx.fail("int, size, stride or a symbolic operator");
+}
+
+}  // namespace
+
+Module parse_module(const std::string& text) {
+  Lexer lx(text);
+  Module m;
+  while (!lx.at_end()) {
+    lx.expect("spec");
+    Spec s;
+    s.id = static_cast<int32_t>(lx.integer());
+    lx.expect("structure");
+    s.structure = lx.string();
+    lx.expect("{");
+    while (!lx.accept("}")) {
+      if (lx.accept("guard")) s.guards.push_back(guard(lx));
+      else s.body.push_back(instr(lx));
+    }
+    m.specs.push_back(std::move(s));
+  }
+  return m;
+}
+
+Instr parse_instr(const std::string& text) {
+  Lexer lx(text);
+  Instr in = instr(lx);
+  if (!lx.at_end()) lx.fail("end of instruction");
+  return in;
+}
+
+Operand parse_operand(const std::string& text) {
+  Lexer lx(text);
+  Operand o = operand(lx);
+  if (!lx.at_end()) lx.fail("end of operand");
+  return o;
+}
+
+}  // namespace trident::ir

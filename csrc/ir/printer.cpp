@@ -1,0 +1,147 @@
+// Canonical text of the host IR. The parser accepts exactly this (plus comments and free spacing).
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "ir/text.h"
+
+namespace trident::ir {
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') { out += '\\'; out += c; }
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// Floats always carry a '.', an exponent, or a name, so that 1.0 never reads back as the int 1:
+// ATen distinguishes int and float Scalars.
+std::string print_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string print_field(const Field& f) {
+  std::string s;
+  if (f.leaf >= 0) s = "L" + std::to_string(f.leaf) + ".";
+  s += field_name(f.kind);
+  if (f.kind == Field::Kind::Size || f.kind == Field::Kind::Stride)
+    s += "[" + std::to_string(f.index) + "]";
+  return s;
+}
+
+}  // namespace
+
+std::string print_operand(const Operand& o) {
+  using K = Operand::Kind;
+  switch (o.kind) {
+    case K::None: return "none";
+    case K::Bool: return o.i ? "true" : "false";
+    case K::Int: return std::to_string(o.i);
+    case K::Float: return print_float(o.f);
+    case K::Str: return quote(o.s);
+    case K::Dtype: return "dtype(" + std::to_string(o.i) + ")";
+    case K::Layout: return "layout(" + std::to_string(o.i) + ")";
+    case K::MemFmt: return "memfmt(" + std::to_string(o.i) + ")";
+    case K::Device: return "device(" + std::to_string(o.i) + ":" + std::to_string(o.j) + ")";
+    case K::Value: return "%" + std::to_string(o.i);
+    case K::ArgRef: return "arg(" + std::to_string(o.i) + ")";
+    case K::StateRef: return "state(" + std::to_string(o.i) + ")";
+    case K::Sym: return "$" + std::to_string(o.i);
+    case K::List:
+    case K::Tuple: {
+      std::string s = o.kind == K::List ? "[" : "(";
+      for (size_t k = 0; k < o.items.size(); ++k) {
+        if (k) s += ", ";
+        s += print_operand(o.items[k]);
+      }
+      // A one-element tuple keeps its comma, as in Python, so it never reads back as a grouping.
+      if (o.kind == K::Tuple && o.items.size() == 1) s += ",";
+      return s + (o.kind == K::List ? "]" : ")");
+    }
+    case K::Dict: {
+      std::string s = "{";
+      for (size_t k = 0; k < o.items.size(); ++k) {
+        if (k) s += ", ";
+        s += quote(o.keys[k]) + ": " + print_operand(o.items[k]);
+      }
+      return s + "}";
+    }
+  }
+  return "?";
+}
+
+std::string print_guard(const Guard& g) {
+  std::string s = "guard " + print_field(g.lhs) + " " + guard_op_name(g.op) + " ";
+  if (g.rhs_is_field) s += print_field(g.rhs_field);
+  else if (g.lhs.kind == Field::Kind::FloatValue) s += print_float(g.rhs_float);
+  else s += std::to_string(g.rhs_int);
+  return s;
+}
+
+std::string print_instr(const Instr& in) {
+  using K = Instr::Kind;
+  auto vals = [&](char sigil) {
+    std::string s;
+    for (size_t k = 0; k < in.results.size(); ++k) {
+      if (k) s += ", ";
+      s += sigil + std::to_string(in.results[k]);
+    }
+    return s;
+  };
+  auto args = [&](const std::vector<Operand>& ops) {
+    std::string s = "(";
+    for (size_t k = 0; k < ops.size(); ++k) {
+      if (k) s += ", ";
+      s += print_operand(ops[k]);
+    }
+    return s + ")";
+  };
+  switch (in.kind) {
+    case K::Arg: return vals('%') + " = arg " + std::to_string(in.a);
+    case K::State: return vals('%') + " = state " + std::to_string(in.a);
+    case K::SymLeaf: return vals('$') + " = int " + std::to_string(in.a);
+    case K::SymSize: return vals('$') + " = size %" + std::to_string(in.a) + ", " + std::to_string(in.b);
+    case K::SymStride: return vals('$') + " = stride %" + std::to_string(in.a) + ", " + std::to_string(in.b);
+    case K::SymBin:
+      return vals('$') + " = " + binop_name(in.binop) + " " + print_operand(in.operands[0]) + ", " +
+             print_operand(in.operands[1]);
+    case K::Call: {
+      std::string lhs = in.results.empty() ? "" : vals('%') + " = ";
+      return lhs + "call " + quote(in.op) + " " + args(in.operands);
+    }
+    case K::Launch: {
+      std::string lhs = in.results.empty() ? "" : vals('%') + " = ";
+      return lhs + "launch " + std::to_string(in.a) + " grid" + args(in.grid) + " " + args(in.operands);
+    }
+    case K::Release: return "release %" + std::to_string(in.a);
+    case K::Return: return "return " + print_operand(in.operands.at(0));
+  }
+  return "?";
+}
+
+std::string print(const Spec& s) {
+  std::ostringstream out;
+  out << "spec " << s.id << " structure " << quote(s.structure) << " {\n";
+  for (const auto& g : s.guards) out << "  " << print_guard(g) << "\n";
+  for (const auto& in : s.body) out << "  " << print_instr(in) << "\n";
+  out << "}\n";
+  return out.str();
+}
+
+std::string print(const Module& m) {
+  std::string out;
+  for (const auto& s : m.specs) out += print(s);
+  return out;
+}
+
+}  // namespace trident::ir

@@ -1,0 +1,29 @@
+// Text form of the host IR: print and parse. parse(print(m)) == m for every valid module, and
+// print(parse(t)) is the canonical spelling of t. Errors carry the line and what was expected.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "ir/ir.h"
+
+namespace trident::ir {
+
+// The caller's mistake in IR text (bad syntax, unknown name). Becomes a Python ValueError.
+struct ParseError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string print(const Module& m);
+std::string print(const Spec& s);
+std::string print_operand(const Operand& o);
+std::string print_guard(const Guard& g);
+std::string print_instr(const Instr& in);
+
+Module parse_module(const std::string& text);
+// One instruction in the syntax print_instr produces (used for call sites embedded in modules).
+Instr parse_instr(const std::string& text);
+// One output tree, as after `return`.
+Operand parse_operand(const std::string& text);
+
+}  // namespace trident::ir

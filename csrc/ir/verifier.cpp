@@ -1,0 +1,122 @@
+// Rules: values are defined once and before use; `arg` and guards name leaves that the structure
+// has; sizes and strides are read only from arguments (the only tensors whose metadata the guards
+// fix); a released value is not used again; the body ends with exactly one return.
+#include "ir/verifier.h"
+
+#include <set>
+
+#include "ir/text.h"
+
+namespace trident::ir {
+namespace {
+
+struct Checker {
+  const Spec& s;
+  int nleaves;
+  std::set<int64_t> values, syms, released, args;
+
+  [[noreturn]] void fail(const std::string& what, const Instr* in = nullptr) const {
+    std::string where = "spec " + std::to_string(s.id);
+    if (in) where += ", instruction '" + print_instr(*in) + "'";
+    throw VerifyError("host IR verifier: " + where + ": " + what);
+  }
+
+  void use(const Operand& o, const Instr& in) {
+    using K = Operand::Kind;
+    if (o.kind == K::Value) {
+      if (!values.count(o.i)) fail("%" + std::to_string(o.i) + " used before definition", &in);
+      if (released.count(o.i)) fail("%" + std::to_string(o.i) + " used after release", &in);
+    } else if (o.kind == K::Sym) {
+      if (!syms.count(o.i)) fail("$" + std::to_string(o.i) + " used before definition", &in);
+    } else if (o.kind == K::Dict && o.keys.size() != o.items.size()) {
+      fail("dict with mismatched keys and items", &in);
+    }
+    for (const auto& it : o.items) use(it, in);
+  }
+
+  void define(std::set<int64_t>& into, int64_t id, const Instr& in, char sigil) {
+    if (!into.insert(id).second) fail(std::string(1, sigil) + std::to_string(id) + " defined twice", &in);
+  }
+
+  void leaf(int64_t k, const Instr* in) {
+    if (k < 0 || k >= nleaves)
+      fail("leaf " + std::to_string(k) + " out of range: structure has " + std::to_string(nleaves), in);
+  }
+
+  void run() {
+    for (const auto& g : s.guards) {
+      if (g.lhs.leaf >= 0) leaf(g.lhs.leaf, nullptr);
+      if (g.rhs_is_field && g.rhs_field.leaf >= 0) leaf(g.rhs_field.leaf, nullptr);
+    }
+    bool returned = false;
+    for (const auto& in : s.body) {
+      using K = Instr::Kind;
+      if (returned) fail("instruction after return", &in);
+      switch (in.kind) {
+        case K::Arg: leaf(in.a, &in); define(values, in.results.at(0), in, '%'); args.insert(in.results[0]); break;
+        case K::State: define(values, in.results.at(0), in, '%'); break;
+        case K::SymLeaf: leaf(in.a, &in); define(syms, in.results.at(0), in, '$'); break;
+        case K::SymSize:
+        case K::SymStride:
+          if (!args.count(in.a)) fail("size/stride of %" + std::to_string(in.a) + ", which is not an argument", &in);
+          define(syms, in.results.at(0), in, '$');
+          break;
+        case K::SymBin:
+          if (in.operands.size() != 2) fail("symbolic operator needs two operands", &in);
+          for (const auto& o : in.operands) {
+            if (o.kind != Operand::Kind::Sym && o.kind != Operand::Kind::Int) fail("symbolic operand must be $N or an int", &in);
+            use(o, in);
+          }
+          define(syms, in.results.at(0), in, '$');
+          break;
+        case K::Call:
+        case K::Launch:
+          if (in.kind == K::Call && in.op.find("::") == std::string::npos) fail("operator name without namespace", &in);
+          if (in.kind == K::Launch && in.grid.size() != 3) fail("launch grid needs three dimensions", &in);
+          for (const auto& o : in.grid) use(o, in);
+          for (const auto& o : in.operands) use(o, in);
+          for (int64_t r : in.results) define(values, r, in, '%');
+          break;
+        case K::Release:
+          if (!values.count(in.a) || !released.insert(in.a).second) fail("release of an undefined or released value", &in);
+          break;
+        case K::Return:
+          if (in.operands.size() != 1) fail("return takes one output tree", &in);
+          use(in.operands[0], in);
+          returned = true;
+          break;
+      }
+    }
+    if (!returned) fail("body does not end with return");
+  }
+};
+
+}  // namespace
+
+int count_structure_leaves(const std::string& st) {
+  int n = 0;
+  for (size_t k = 0; k < st.size(); ++k) {
+    char c = st[k];
+    if (c == ';') {  // keyword name: skip to '='
+      while (k < st.size() && st[k] != '=') ++k;
+      continue;
+    }
+    if (c == 'T' || c == 'i' || c == 'f' || c == 'b' || c == 'n') ++n;
+  }
+  return n;
+}
+
+void verify(const Spec& s) {
+  Checker c{s, count_structure_leaves(s.structure), {}, {}, {}, {}};
+  c.run();
+}
+
+void verify(const Module& m) {
+  std::set<int32_t> ids;
+  for (const auto& s : m.specs) {
+    if (!ids.insert(s.id).second) throw VerifyError("host IR verifier: spec id " + std::to_string(s.id) + " repeated");
+    verify(s);
+  }
+}
+
+}  // namespace trident::ir

@@ -1,0 +1,54 @@
+// One ATen call site of a module, resolved once at load time: the operator handle is looked up in
+// the dispatcher, each operand is checked against the schema and turned into a plan (a constant
+// IValue built once, a tensor location, or a runtime integer), so a call only fills in what varies.
+// Any operator the dispatcher knows runs through the boxed path; typed entry points for the hot ops
+// are chosen at resolve time too (see aten_typed.cpp).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "runtime/frame.h"
+
+namespace trident::runtime {
+
+// An operand, planned against its schema type.
+struct ArgPlan {
+  enum class Kind : uint8_t { Const, Tensor, Sym, IntList, TensorList, OptTensorList };
+  Kind kind = Kind::Const;
+  c10::IValue constant;          // Const
+  ir::Operand ref;               // Tensor: location (arg/state/slot); Sym: dyn index
+  std::vector<ir::Operand> items;  // lists: each item an int literal, $dyn, location or none
+};
+
+using TypedFn = void (*)(const struct AtenSite& site, trd_frame& f, const int64_t* dyn);
+
+struct AtenSite {
+  std::string name;                 // "aten::mm", with overload when not default
+  c10::OperatorHandle op;
+  std::vector<ArgPlan> args;
+  std::vector<int32_t> result_slots;
+  TypedFn typed = nullptr;          // set when a typed entry point serves this op and these operands
+
+  AtenSite(std::string n, c10::OperatorHandle h) : name(std::move(n)), op(std::move(h)) {}
+  void invoke(trd_frame& f, const int64_t* dyn) const;
+
+  // Helpers for typed entry points.
+  const at::Tensor& tensor(const trd_frame& f, size_t k) const;
+  int64_t integer(size_t k, const int64_t* dyn) const;
+  void set_result(trd_frame& f, size_t k, at::Tensor t) const { f.slots[result_slots[k]] = std::move(t); }
+};
+
+// Resolve a call instruction in site form (operands resolved to locations, $N = dyn index).
+// Throws std::invalid_argument naming the operator and the operand on any mismatch.
+AtenSite resolve_site(const ir::Instr& call);
+
+const at::Tensor& tensor_at(const trd_frame& f, const ir::Operand& loc);
+
+// Typed entry points (aten_typed.cpp): returns nullptr when none applies.
+TypedFn find_typed(const AtenSite& site);
+
+}  // namespace trident::runtime

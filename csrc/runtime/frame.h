@@ -1,0 +1,24 @@
+// The per-call state a generated module's run function works on (trd_frame in trident_abi.h).
+// Lives on the bindings' stack for the duration of one call; holds no Python object.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "codegen/trident_abi.h"
+
+namespace trident::runtime {
+class LoadedModule;
+}
+
+struct trd_frame {
+  const trident::runtime::LoadedModule* module = nullptr;
+  at::Tensor* slots = nullptr;              // the running spec's values, owned by this frame
+  const at::Tensor* const* args = nullptr;  // per user leaf; nullptr for non-tensor leaves (borrowed)
+  const at::Tensor* state = nullptr;        // captured module state (borrowed)
+  int32_t nargs = 0;
+  int32_t nstate = 0;
+  std::string error;                        // set by a failing runtime call
+};

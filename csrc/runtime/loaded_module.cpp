@@ -1,0 +1,36 @@
+#include "runtime/loaded_module.h"
+
+#include <dlfcn.h>
+
+#include "ir/text.h"
+
+namespace trident::runtime {
+
+std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path) {
+  void* h = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw ModuleLoadError(std::string("cannot load module: ") + dlerror());
+  auto entry = reinterpret_cast<trd_module_entry_fn>(dlsym(h, TRD_MODULE_ENTRY));
+  if (!entry) throw ModuleLoadError(so_path + " has no " TRD_MODULE_ENTRY " entry point");
+  auto mod = std::make_shared<LoadedModule>();
+  mod->path_ = so_path;
+  mod->m_ = entry();
+  if (mod->m_->abi_version != TRD_ABI_VERSION)
+    throw ModuleLoadError(so_path + " was built for ABI " + std::to_string(mod->m_->abi_version) +
+                          ", this runtime speaks " + std::to_string(TRD_ABI_VERSION));
+  mod->sites_.reserve(mod->m_->nsites);
+  for (int32_t k = 0; k < mod->m_->nsites; ++k) {
+    ir::Instr in = ir::parse_instr(mod->m_->sites[k]);
+    if (in.kind != ir::Instr::Kind::Call)
+      throw ModuleLoadError("site " + std::to_string(k) + " is not a call: launches need the CUDA runtime");
+    mod->sites_.push_back(resolve_site(in));
+  }
+  for (int32_t s = 0; s < mod->m_->nspecs; ++s) mod->outputs_.push_back(ir::parse_operand(mod->m_->outputs[s]));
+  return mod;
+}
+
+bool LoadedModule::run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const {
+  f.module = this;
+  return m_->run[spec](runtime_table(), &f, leaves, out_ints) == 0;
+}
+
+}  // namespace trident::runtime

@@ -1,0 +1,48 @@
+// A Specialization Cache Module loaded into the process: the dlopen'd object, its call sites
+// resolved against the dispatcher, and its output trees parsed. Immutable once loaded, so a call in
+// one thread can keep using it while another thread installs its successor.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/trident_abi.h"
+#include "ir/ir.h"
+#include "runtime/aten_site.h"
+#include "runtime/frame.h"
+
+namespace trident::runtime {
+
+struct ModuleLoadError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class LoadedModule {
+ public:
+  // Loads `so_path`; checks the ABI version; resolves every site. The object is never unloaded:
+  // a module is small and a call in flight may still be inside it.
+  static std::shared_ptr<LoadedModule> load(const std::string& so_path);
+
+  int32_t select(const trd_call& call) const { return m_->select(&call); }
+  int32_t num_specs() const { return m_->nspecs; }
+  int32_t num_slots(int32_t spec) const { return m_->nslots[spec]; }
+  int32_t num_out_ints(int32_t spec) const { return m_->nout_ints[spec]; }
+  const ir::Operand& output_tree(int32_t spec) const { return outputs_[spec]; }
+  const AtenSite& site(int32_t k) const { return sites_[k]; }
+  const std::string& path() const { return path_; }
+
+  // Runs the host program of `spec`. Returns false with f.error set when an op or launch failed.
+  bool run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const;
+
+ private:
+  std::string path_;
+  const trd_module* m_ = nullptr;
+  std::vector<AtenSite> sites_;
+  std::vector<ir::Operand> outputs_;
+};
+
+// The function table generated code calls (rt_table.cpp).
+const trd_rt* runtime_table();
+
+}  // namespace trident::runtime

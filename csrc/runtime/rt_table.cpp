@@ -1,0 +1,42 @@
+// The trd_rt table: the only functions generated code can call. Each catches every C++ exception at
+// the boundary (generated code is C) and turns it into f->error naming the op, so one failing call
+// becomes one Python exception and the module stays usable.
+#include <c10/util/Exception.h>
+
+#include "runtime/loaded_module.h"
+
+namespace trident::runtime {
+namespace {
+
+int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
+  const AtenSite& s = f->module->site(site);
+  try {
+    s.invoke(*f, dyn);
+    return 0;
+  } catch (const c10::Error& e) {
+    f->error = s.name + ": " + e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    f->error = s.name + ": " + e.what();
+  }
+  return 1;
+}
+
+int rt_launch(trd_frame* f, int32_t site, const uint32_t*, const int64_t*, const double*) {
+  f->error = "Triton launch sites are not supported by this module loader";
+  return 1;
+}
+
+void rt_release(trd_frame* f, int32_t slot) { f->slots[slot].reset(); }
+
+int rt_fail(trd_frame* f, const char* message) {
+  f->error = message;
+  return 1;
+}
+
+const trd_rt kTable = {TRD_ABI_VERSION, sizeof(trd_rt), rt_call, rt_launch, rt_release, rt_fail};
+
+}  // namespace
+
+const trd_rt* runtime_table() { return &kTable; }
+
+}  // namespace trident::runtime

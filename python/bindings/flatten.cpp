@@ -1,0 +1,115 @@
+#include "flatten.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstring>
+
+namespace trident::bindings {
+namespace {
+
+constexpr int kMaxDepth = 8;
+
+// On failure `out.unsupported` names the type; the caller prefixes which argument held it.
+bool add(PyObject* obj, FlatArgs& out, int depth) {
+  trd_leaf leaf;
+  std::memset(&leaf, 0, sizeof leaf);
+  if (THPVariable_CheckExact(obj)) {
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (!fill_tensor_leaf(t, leaf)) {
+      out.unsupported = "a tensor of rank " + std::to_string(t.dim()) + " and layout " +
+                        c10::toString(t.layout()) + " is not supported natively";
+      return false;
+    }
+    out.structure += 'T';
+    out.tensors.push_back(&t);
+  } else if (obj == Py_None) {
+    leaf.kind = TRD_NONE;
+    out.structure += 'n';
+    out.tensors.push_back(nullptr);
+  } else if (PyBool_Check(obj)) {
+    leaf.kind = TRD_BOOL;
+    leaf.ival = obj == Py_True;
+    out.structure += 'b';
+    out.tensors.push_back(nullptr);
+  } else if (PyLong_CheckExact(obj)) {
+    int overflow = 0;
+    leaf.ival = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow) {
+      out.unsupported = "an int that does not fit in 64 bits is not supported natively";
+      return false;
+    }
+    leaf.kind = TRD_INT;
+    out.structure += 'i';
+    out.tensors.push_back(nullptr);
+  } else if (PyFloat_CheckExact(obj)) {
+    leaf.kind = TRD_FLOAT;
+    leaf.fval = PyFloat_AS_DOUBLE(obj);
+    out.structure += 'f';
+    out.tensors.push_back(nullptr);
+  } else if ((PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) && depth < kMaxDepth) {
+    bool tuple = PyTuple_CheckExact(obj);
+    out.structure += tuple ? '(' : '[';
+    Py_ssize_t n = tuple ? PyTuple_GET_SIZE(obj) : PyList_GET_SIZE(obj);
+    for (Py_ssize_t k = 0; k < n; ++k) {
+      PyObject* item = tuple ? PyTuple_GET_ITEM(obj, k) : PyList_GET_ITEM(obj, k);  // borrowed
+      if (!add(item, out, depth + 1)) return false;
+    }
+    out.structure += tuple ? ')' : ']';
+    return true;
+  } else {
+    out.unsupported = std::string(Py_TYPE(obj)->tp_name) + " is not supported natively";
+    return false;
+  }
+  out.leaves.push_back(leaf);
+  out.objects.push_back(obj);
+  return true;
+}
+
+}  // namespace
+
+bool fill_tensor_leaf(const at::Tensor& t, trd_leaf& leaf) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  int64_t dim = impl->dim();
+  if (dim > TRD_MAX_DIM || impl->layout() != c10::kStrided) return false;
+  leaf.kind = TRD_TENSOR;
+  leaf.dtype = static_cast<int32_t>(c10::typeMetaToScalarType(impl->dtype()));
+  leaf.device_type = static_cast<int32_t>(impl->device_type());
+  leaf.device_index = impl->device_type() == c10::DeviceType::CPU ? -1 : impl->device().index();
+  leaf.dim = static_cast<int32_t>(dim);
+  leaf.flags = impl->requires_grad() ? TRD_REQUIRES_GRAD : 0;
+  leaf.keyset = impl->key_set().raw_repr();
+  auto sizes = impl->sizes();
+  auto strides = impl->strides();
+  for (int64_t d = 0; d < dim; ++d) {
+    leaf.sizes[d] = sizes[d];
+    leaf.strides[d] = strides[d];
+  }
+  leaf.storage_offset = impl->storage_offset();
+  leaf.data_ptr = reinterpret_cast<uint64_t>(impl->has_storage() ? impl->data() : nullptr);
+  return true;
+}
+
+bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, FlatArgs& out) {
+  for (Py_ssize_t k = 0; k < nargs; ++k)
+    if (!add(args[k], out, 0)) {
+      out.unsupported = "argument " + std::to_string(k) + ": " + out.unsupported;
+      return false;
+    }
+  if (kwnames) {
+    Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nk; ++k) {
+      const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+      if (!name) { PyErr_Clear(); out.unsupported = "keyword argument name"; return false; }
+      out.structure += ';';
+      out.structure += name;
+      out.structure += '=';
+      if (!add(args[nargs + k], out, 0)) {
+        out.unsupported = std::string("argument '") + name + "': " + out.unsupported;
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace trident::bindings

@@ -1,0 +1,40 @@
+// Flattening a call's Python arguments into guard leaves, natively.
+//
+// Structure string (what guards compare first, byte for byte):
+//   leaf codes   T tensor, i int, b bool, f float, n None
+//   containers   (...) tuple, [...] list, nested freely
+//   keywords     after the positional part, each as ";name=" then its value's code
+// e.g. f(x, (y, z), 3, scale=0.5) -> "T(TT)i;scale=f". The same string is computed for the Python
+// capture path through describe_args(), so the compiled guards and the hot path cannot disagree.
+//
+// Anything else (dicts, strings, tensor subclasses, dtypes, ...) makes flatten fail with the path of
+// the offending argument; the call then takes the Python miss path, which decides what to do.
+#pragma once
+
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+#include <string>
+
+#include "codegen/trident_abi.h"
+
+namespace trident::bindings {
+
+struct FlatArgs {
+  c10::SmallVector<trd_leaf, 8> leaves;
+  c10::SmallVector<const at::Tensor*, 8> tensors;  // per leaf, nullptr for non-tensors (borrowed)
+  c10::SmallVector<PyObject*, 8> objects;          // per leaf (borrowed from the call's arguments)
+  std::string structure;
+  std::string unsupported;  // set when flattening failed: "argument 2: dict is not supported"
+};
+
+// Returns false (with out.unsupported set) if an argument cannot be described natively.
+bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, FlatArgs& out);
+
+// Fill one tensor leaf from its TensorImpl. False when the tensor cannot be served natively
+// (rank above TRD_MAX_DIM, sparse or other non-strided layout).
+bool fill_tensor_leaf(const at::Tensor& t, trd_leaf& leaf);
+
+}  // namespace trident::bindings

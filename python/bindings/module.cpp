@@ -1,0 +1,140 @@
+// trident._C: the extension module. Registers the SCM type and exposes the core's text-in,
+// text-out entry points (parse/print, verify, passes, code generation) for the Python layer and
+// for golden tests.
+#include <Python.h>
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "codegen/emit_c.h"
+#include "codegen/toolchain.h"
+#include "flatten.h"
+#include "guards/decision.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "planner/liveness.h"
+#include "scm_object.h"
+
+namespace trident::bindings {
+namespace {
+
+// Runs `fn` on the module parsed from `arg` (a str); maps core exceptions to Python ones:
+// ParseError/VerifyError are the caller's IR mistakes (ValueError), anything else RuntimeError.
+template <typename Fn>
+PyObject* with_module(PyObject* arg, Fn fn) {
+  const char* text = PyUnicode_AsUTF8(arg);
+  if (!text) return nullptr;
+  try {
+    ir::Module m = ir::parse_module(text);
+    std::string out = fn(m);
+    return PyUnicode_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+  } catch (const ir::ParseError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const ir::VerifyError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyObject* py_ir_print(PyObject*, PyObject* arg) {
+  return with_module(arg, [](ir::Module& m) { return ir::print(m); });
+}
+
+PyObject* py_ir_verify(PyObject*, PyObject* arg) {
+  return with_module(arg, [](ir::Module& m) { ir::verify(m); return ir::print(m); });
+}
+
+PyObject* py_ir_pass(PyObject*, PyObject* args) {
+  const char* name = nullptr;
+  PyObject* text = nullptr;
+  if (!PyArg_ParseTuple(args, "sU", &name, &text)) return nullptr;
+  std::string pass = name;
+  return with_module(text, [&](ir::Module& m) -> std::string {
+    ir::verify(m);
+    if (pass == "liveness") {
+      for (auto& s : m.specs) planner::insert_releases(s);
+      return ir::print(m);
+    }
+    if (pass == "select") return guards::emit_select(m.specs);
+    if (pass == "emit_c") return codegen::emit_module(m).source;
+    throw std::invalid_argument("unknown pass '" + pass + "': expected liveness, select or emit_c");
+  });
+}
+
+PyObject* leaf_dict(const trd_leaf& l) {
+  PyObject* sizes = PyTuple_New(l.dim);
+  PyObject* strides = PyTuple_New(l.dim);
+  for (int d = 0; d < l.dim; ++d) {
+    PyTuple_SET_ITEM(sizes, d, PyLong_FromLongLong(l.sizes[d]));
+    PyTuple_SET_ITEM(strides, d, PyLong_FromLongLong(l.strides[d]));
+  }
+  return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:K,s:N,s:N,s:L,s:K,s:L,s:d}", "kind", l.kind, "dtype", l.dtype,
+                       "device_type", l.device_type, "device_index", l.device_index, "dim", l.dim, "flags", l.flags,
+                       "keyset", (unsigned long long)l.keyset, "sizes", sizes, "strides", strides, "storage_offset",
+                       (long long)l.storage_offset, "data_ptr", (unsigned long long)l.data_ptr, "ival",
+                       (long long)l.ival, "fval", l.fval);
+}
+
+// describe_args(*args, **kwargs) -> (structure, [leaf dict, ...]) or (None, reason): exactly what the
+// hot path computes, so the guards Python writes compare against the same numbers.
+PyObject* py_describe_args(PyObject*, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  try {
+    FlatArgs flat;
+    if (!flatten_args(args, PyVectorcall_NARGS(nargsf), kwnames, flat))
+      return Py_BuildValue("(Os)", Py_None, flat.unsupported.c_str());
+    PyObject* leaves = PyList_New(0);
+    for (const auto& l : flat.leaves) {
+      PyObject* d = leaf_dict(l);
+      PyList_Append(leaves, d);
+      Py_DECREF(d);
+    }
+    return Py_BuildValue("(sN)", flat.structure.c_str(), leaves);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyObject* py_describe_tensor(PyObject*, PyObject* arg) {
+  if (!THPVariable_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "describe_tensor expects a torch.Tensor");
+    return nullptr;
+  }
+  trd_leaf l;
+  std::memset(&l, 0, sizeof l);
+  if (!fill_tensor_leaf(THPVariable_Unpack(arg), l)) Py_RETURN_NONE;
+  return leaf_dict(l);
+}
+
+PyObject* py_bump_state_epoch(PyObject*, PyObject*) {
+  bump_state_epoch();
+  Py_RETURN_NONE;
+}
+
+PyObject* py_cache_dir(PyObject*, PyObject*) { return PyUnicode_FromString(codegen::cache_dir().c_str()); }
+
+PyMethodDef methods[] = {
+    {"ir_print", py_ir_print, METH_O, "Parse host IR text and print it canonically."},
+    {"ir_verify", py_ir_verify, METH_O, "Verify host IR text; returns it canonically or raises ValueError."},
+    {"ir_pass", py_ir_pass, METH_VARARGS, "ir_pass(name, text): run 'liveness', 'select' or 'emit_c'."},
+    {"describe_args", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_describe_args)),
+     METH_FASTCALL | METH_KEYWORDS, "Flatten call arguments as the hot path does."},
+    {"describe_tensor", py_describe_tensor, METH_O, "One tensor as a guard leaf dict."},
+    {"bump_state_epoch", py_bump_state_epoch, METH_NOARGS, "Module state may have been re-registered."},
+    {"cache_dir", py_cache_dir, METH_NOARGS, "Where compiled modules are cached."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "trident._C", "torch-trident native core", -1, methods};
+
+}  // namespace
+}  // namespace trident::bindings
+
+PyMODINIT_FUNC PyInit__C() {
+  PyObject* m = PyModule_Create(&trident::bindings::module_def);
+  if (!m) return nullptr;
+  if (!trident::bindings::register_scm_type(m)) return nullptr;
+  PyModule_AddIntConstant(m, "ABI_VERSION", TRD_ABI_VERSION);
+  PyModule_AddIntConstant(m, "MAX_DIM", TRD_MAX_DIM);
+  return m;
+}

@@ -1,0 +1,17 @@
+// Building the Python result of a call from a spec's output tree (host IR return syntax).
+#pragma once
+
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+
+#include "ir/ir.h"
+
+namespace trident::bindings {
+
+// New reference, or nullptr with a Python error set. `arg_objects` are the call's leaf objects:
+// an output that is an argument returns that very object, as eager would.
+PyObject* build_output(const ir::Operand& tree, const at::Tensor* slots, PyObject* const* arg_objects,
+                       const at::Tensor* state, const int64_t* out_ints);
+
+}  // namespace trident::bindings

@@ -1,0 +1,369 @@
+// The Specialization Cache Module as a Python callable: trident._C.SCM.
+//
+// Hot path (vectorcall, all native): flatten the arguments into leaves; check captured module state
+// is unchanged; run the module's decision program; run the selected host program; wrap the outputs.
+// No Python function is called and no Python object is created except the outputs.
+//
+// Cold path: a miss calls the Python `on_miss(*args, **kwargs)`; it captures and compiles (adding a
+// specialization through add_spec) and returns NotImplemented to say "dispatch again", or returns a
+// result itself (eager fallback). Errors raised there propagate unchanged.
+#include <Python.h>
+
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <memory>
+#include <mutex>
+
+#include "codegen/emit_c.h"
+#include "codegen/toolchain.h"
+#include "flatten.h"
+#include "guards/explain.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "outputs.h"
+#include "planner/liveness.h"
+#include "runtime/loaded_module.h"
+#include "scm_object.h"
+
+namespace trident::bindings {
+namespace {
+
+// What the hot path compares for each captured state tensor. The tensors are held by the SCM, so
+// identity cannot change under it; `.data = ...` and module.to() can change what is inside.
+struct StateSnapshot {
+  trd_leaf leaf;
+};
+
+struct ScmState {
+  ir::Module module;                                  // every specialization, planned
+  std::shared_ptr<const runtime::LoadedModule> loaded;  // the module built from `module`
+  codegen::BuiltModule built;
+  std::vector<at::Tensor> state;
+  std::vector<trd_leaf> state_snapshot;
+  uint64_t state_epoch = 0;
+  PyObject* on_miss = nullptr;         // new ref
+  PyObject* on_state_change = nullptr; // new ref, may be None
+  uint64_t hits = 0, misses = 0, compiles = 0, fallbacks = 0, cache_loads = 0;
+  double compile_seconds = 0.0;
+};
+
+struct ScmObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  ScmState* st;
+  PyObject* weakrefs;
+};
+
+uint64_t g_state_epoch = 1;  // bumped by module registration hooks (trident/_state.py)
+
+bool same_leaf_meta(const trd_leaf& a, const trd_leaf& b) {
+  if (a.dtype != b.dtype || a.device_type != b.device_type || a.device_index != b.device_index ||
+      a.dim != b.dim || a.flags != b.flags || a.data_ptr != b.data_ptr || a.keyset != b.keyset)
+    return false;
+  for (int d = 0; d < a.dim; ++d)
+    if (a.sizes[d] != b.sizes[d] || a.strides[d] != b.strides[d]) return false;
+  return true;
+}
+
+// True when the captured state still looks as it did at capture; otherwise asks Python to re-read.
+bool state_ok(ScmObject* self) {
+  ScmState* st = self->st;
+  bool fine = st->state_epoch == g_state_epoch;
+  for (size_t k = 0; fine && k < st->state.size(); ++k) {
+    trd_leaf now;
+    std::memset(&now, 0, sizeof now);
+    fill_tensor_leaf(st->state[k], now);
+    fine = same_leaf_meta(now, st->state_snapshot[k]);
+  }
+  if (fine) return true;
+  if (!st->on_state_change || st->on_state_change == Py_None) {
+    st->state_epoch = g_state_epoch;
+    return true;
+  }
+  PyObject* r = PyObject_CallNoArgs(st->on_state_change);  // new ref; re-reads state, may clear specs
+  if (!r) return false;
+  Py_DECREF(r);
+  st->state_epoch = g_state_epoch;
+  return true;
+}
+
+trd_call make_call(const FlatArgs& flat) {
+  trd_call c;
+  c.leaves = flat.leaves.data();
+  c.nleaves = static_cast<int32_t>(flat.leaves.size());
+  c.grad_mode = at::GradMode::is_enabled() ? 1 : 0;
+  c.structure = flat.structure.data();
+  c.structure_len = static_cast<int32_t>(flat.structure.size());
+  return c;
+}
+
+PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t spec, const FlatArgs& flat) {
+  ScmState* st = self->st;
+  int32_t nslots = mod.num_slots(spec);
+  c10::SmallVector<at::Tensor, 32> slots(nslots);
+  c10::SmallVector<int64_t, 8> out_ints(std::max(1, mod.num_out_ints(spec)));
+  trd_frame f;
+  f.slots = slots.data();
+  f.args = flat.tensors.data();
+  f.state = st->state.data();
+  f.nargs = static_cast<int32_t>(flat.tensors.size());
+  f.nstate = static_cast<int32_t>(st->state.size());
+  if (!mod.run(spec, f, flat.leaves.data(), out_ints.data())) {
+    PyErr_SetString(PyExc_RuntimeError, f.error.c_str());
+    return nullptr;
+  }
+  return build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), st->state.data(), out_ints.data());
+}
+
+PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<ScmObject*>(callable);
+  ScmState* st = self->st;
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  try {
+    FlatArgs flat;
+    bool native = flatten_args(args, nargs, kwnames, flat);
+    if (native && !st->state.empty() && !state_ok(self)) return nullptr;
+    if (native) {
+      std::shared_ptr<const runtime::LoadedModule> mod = st->loaded;  // keeps it alive for this call
+      trd_call call = make_call(flat);
+      int32_t spec = mod ? mod->select(call) : -1;
+      if (spec >= 0) {
+        ++st->hits;
+        return run_spec(self, *mod, spec, flat);
+      }
+    }
+    ++st->misses;
+    PyObject* r = PyObject_Vectorcall(st->on_miss, args, nargsf, kwnames);  // new ref
+    if (!r || r != Py_NotImplemented) return r;
+    Py_DECREF(r);
+    // The miss handler compiled a specialization for exactly this call: it must now be selected.
+    std::shared_ptr<const runtime::LoadedModule> mod = st->loaded;
+    trd_call call = make_call(flat);
+    int32_t spec = native && mod ? mod->select(call) : -1;
+    if (spec < 0) {
+      std::string why = native ? "no specialization accepts the call it was compiled for"
+                               : "arguments cannot be described natively (" + flat.unsupported + ")";
+      PyErr_SetString(PyExc_RuntimeError, ("trident internal error: " + why).c_str());
+      return nullptr;
+    }
+    return run_spec(self, *mod, spec, flat);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+// ---- methods (cold) ----
+
+PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
+  auto* self = reinterpret_cast<ScmObject*>(py_self);
+  ScmState* st = self->st;
+  const char* text = PyUnicode_AsUTF8(arg);
+  if (!text) return nullptr;
+  try {
+    ir::Module parsed = ir::parse_module(text);
+    if (parsed.specs.size() != 1) throw ir::ParseError("add_spec takes exactly one spec");
+    ir::Module next = st->module;
+    ir::Spec spec = std::move(parsed.specs[0]);
+    spec.id = static_cast<int32_t>(next.specs.size());
+    ir::verify(spec);
+    planner::insert_releases(spec);
+    next.specs.push_back(std::move(spec));
+    codegen::EmittedModule emitted = codegen::emit_module(next);
+    codegen::BuiltModule built = codegen::build_module(emitted.source);
+    auto loaded = runtime::LoadedModule::load(built.so_path);
+    // Commit only after everything succeeded: a failed compile leaves the SCM as it was.
+    st->module = std::move(next);
+    st->loaded = std::move(loaded);
+    st->built = built;
+    ++st->compiles;
+    if (built.cache_hit) ++st->cache_loads;
+    st->compile_seconds += built.compile_seconds;
+    return PyLong_FromLong(static_cast<long>(st->module.specs.size() - 1));
+  } catch (const ir::ParseError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const ir::VerifyError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyObject* scm_set_state(PyObject* py_self, PyObject* arg) {
+  auto* self = reinterpret_cast<ScmObject*>(py_self);
+  ScmState* st = self->st;
+  PyObject* seq = PySequence_Fast(arg, "set_state expects a sequence of tensors");  // new ref
+  if (!seq) return nullptr;
+  std::vector<at::Tensor> tensors;
+  std::vector<trd_leaf> snap;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, k);  // borrowed
+    if (!THPVariable_Check(item)) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_TypeError, "set_state: item %zd is %s, expected a torch.Tensor", k, Py_TYPE(item)->tp_name);
+      return nullptr;
+    }
+    tensors.push_back(THPVariable_Unpack(item));
+    trd_leaf leaf;
+    std::memset(&leaf, 0, sizeof leaf);
+    fill_tensor_leaf(tensors.back(), leaf);
+    snap.push_back(leaf);
+  }
+  Py_DECREF(seq);
+  st->state = std::move(tensors);
+  st->state_snapshot = std::move(snap);
+  st->state_epoch = g_state_epoch;
+  Py_RETURN_NONE;
+}
+
+PyObject* scm_clear(PyObject* py_self, PyObject*) {
+  auto* self = reinterpret_cast<ScmObject*>(py_self);
+  self->st->module.specs.clear();
+  self->st->loaded.reset();
+  Py_RETURN_NONE;
+}
+
+PyObject* scm_counters(PyObject* py_self, PyObject*) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d}", "hits", (unsigned long long)st->hits, "misses",
+                       (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
+                       "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
+                       (unsigned long long)st->fallbacks, "module_cache_loads",
+                       (unsigned long long)st->cache_loads, "compile_seconds", st->compile_seconds);
+}
+
+PyObject* scm_note_fallback(PyObject* py_self, PyObject*) {
+  ++reinterpret_cast<ScmObject*>(py_self)->st->fallbacks;
+  Py_RETURN_NONE;
+}
+
+PyObject* scm_ir(PyObject* py_self, PyObject*) {
+  return PyUnicode_FromString(ir::print(reinterpret_cast<ScmObject*>(py_self)->st->module).c_str());
+}
+
+PyObject* scm_paths(PyObject* py_self, PyObject*) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  return Py_BuildValue("(ss)", st->built.source_path.c_str(), st->built.so_path.c_str());
+}
+
+// explain_call(*args, **kwargs) -> [(spec_id, "" if selected-able else first failing guard)], or a str
+// saying why the arguments cannot be described natively.
+PyObject* scm_explain_call(PyObject* py_self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  try {
+    FlatArgs flat;
+    if (!flatten_args(args, PyVectorcall_NARGS(nargsf), kwnames, flat))
+      return PyUnicode_FromString(flat.unsupported.c_str());
+    trd_call call = make_call(flat);
+    PyObject* out = PyList_New(0);  // new ref
+    for (const auto& s : st->module.specs) {
+      std::string why = guards::first_failure(s, call);
+      PyObject* item = Py_BuildValue("(is)", s.id, why.c_str());
+      PyList_Append(out, item);
+      Py_DECREF(item);
+    }
+    return out;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyObject* scm_select(PyObject* py_self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  FlatArgs flat;
+  if (!flatten_args(args, PyVectorcall_NARGS(nargsf), kwnames, flat) || !st->loaded) return PyLong_FromLong(-1);
+  return PyLong_FromLong(st->loaded->select(make_call(flat)));
+}
+
+PyMethodDef scm_methods[] = {
+    {"add_spec", scm_add_spec, METH_O, "Add one specialization (host IR text); rebuilds and loads the module."},
+    {"set_state", scm_set_state, METH_O, "Set the captured module state tensors (parameters, buffers)."},
+    {"clear", scm_clear, METH_NOARGS, "Drop every specialization."},
+    {"counters", scm_counters, METH_NOARGS, "hits, misses, compiles, specializations, fallbacks, ..."},
+    {"note_fallback", scm_note_fallback, METH_NOARGS, "Count one call the Python layer ran eagerly."},
+    {"ir", scm_ir, METH_NOARGS, "Host IR of every specialization (after planning)."},
+    {"paths", scm_paths, METH_NOARGS, "(generated source path, shared object path)."},
+    {"explain_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(scm_explain_call)),
+     METH_FASTCALL | METH_KEYWORDS, "For each specialization, the first guard this call fails ('' if none)."},
+    {"select", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(scm_select)), METH_FASTCALL | METH_KEYWORDS,
+     "The specialization the decision program picks for these arguments, or -1."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyObject* scm_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  static const char* kwlist[] = {"on_miss", "on_state_change", nullptr};
+  PyObject* on_miss = nullptr;
+  PyObject* on_state_change = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O", const_cast<char**>(kwlist), &on_miss, &on_state_change))
+    return nullptr;
+  if (!PyCallable_Check(on_miss)) {
+    PyErr_SetString(PyExc_TypeError, "SCM: on_miss must be callable");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<ScmObject*>(type->tp_alloc(type, 0));
+  if (!self) return nullptr;
+  self->vectorcall = scm_vectorcall;
+  self->st = new ScmState();
+  Py_INCREF(on_miss);
+  Py_INCREF(on_state_change);
+  self->st->on_miss = on_miss;
+  self->st->on_state_change = on_state_change;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int scm_traverse(PyObject* py_self, visitproc visit, void* arg) {
+  auto* self = reinterpret_cast<ScmObject*>(py_self);
+  if (self->st) {
+    Py_VISIT(self->st->on_miss);
+    Py_VISIT(self->st->on_state_change);
+  }
+  return 0;
+}
+
+int scm_clear_refs(PyObject* py_self) {
+  auto* self = reinterpret_cast<ScmObject*>(py_self);
+  if (self->st) {
+    Py_CLEAR(self->st->on_miss);
+    Py_CLEAR(self->st->on_state_change);
+  }
+  return 0;
+}
+
+void scm_dealloc(PyObject* py_self) {
+  auto* self = reinterpret_cast<ScmObject*>(py_self);
+  PyObject_GC_UnTrack(py_self);
+  if (self->weakrefs) PyObject_ClearWeakRefs(py_self);
+  scm_clear_refs(py_self);
+  delete self->st;
+  self->st = nullptr;
+  Py_TYPE(py_self)->tp_free(py_self);
+}
+
+PyTypeObject ScmType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+}  // namespace
+
+void bump_state_epoch() { ++g_state_epoch; }
+
+bool register_scm_type(PyObject* module) {
+  ScmType.tp_name = "trident._C.SCM";
+  ScmType.tp_basicsize = sizeof(ScmObject);
+  ScmType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  ScmType.tp_doc = "Specialization Cache Module: a native callable serving every specialization of one function.";
+  ScmType.tp_new = scm_new;
+  ScmType.tp_dealloc = scm_dealloc;
+  ScmType.tp_traverse = scm_traverse;
+  ScmType.tp_clear = scm_clear_refs;
+  ScmType.tp_call = PyVectorcall_Call;
+  ScmType.tp_vectorcall_offset = offsetof(ScmObject, vectorcall);
+  ScmType.tp_weaklistoffset = offsetof(ScmObject, weakrefs);
+  ScmType.tp_methods = scm_methods;
+  if (PyType_Ready(&ScmType) < 0) return false;
+  Py_INCREF(&ScmType);
+  return PyModule_AddObject(module, "SCM", reinterpret_cast<PyObject*>(&ScmType)) == 0;
+}
+
+}  // namespace trident::bindings

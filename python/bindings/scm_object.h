@@ -1,0 +1,13 @@
+// trident._C.SCM: the native callable (see scm_object.cpp for the hot and cold paths).
+#pragma once
+
+#include <Python.h>
+
+namespace trident::bindings {
+
+bool register_scm_type(PyObject* module);
+
+// Captured module state may have been re-registered somewhere: every SCM re-checks it once.
+void bump_state_epoch();
+
+}  // namespace trident::bindings

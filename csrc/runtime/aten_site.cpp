@@ -1,6 +1,7 @@
 #include "runtime/aten_site.h"
 
 #include <ATen/core/stack.h>
+#include <ATen/ScalarOps.h>
 #include <c10/core/Device.h>
 
 #include <stdexcept>
@@ -76,6 +77,17 @@ c10::TypePtr unwrap_optional(const c10::TypePtr& t) {
 ArgPlan plan(const ir::Operand& o, const c10::Argument& arg, const std::string& op, size_t k) {
   ArgPlan p;
   c10::TypePtr t = unwrap_optional(arg.type());
+  if (t->kind() == c10::TypeKind::TensorType &&
+      (o.kind == K::Int || o.kind == K::Float || o.kind == K::Bool)) {
+    // A Python number where the schema wants a Tensor (aten.mul.Tensor(x, 2.0)): a 0-dim "wrapped
+    // number" tensor, as the Python argument parser makes, so type promotion treats it as a scalar.
+    c10::Scalar v = o.kind == K::Float ? c10::Scalar(o.f) : o.kind == K::Bool ? c10::Scalar(o.i != 0) : c10::Scalar(o.i);
+    at::Tensor w = c10::scalar_to_tensor(v);
+    w.unsafeGetTensorImpl()->set_wrapped_number(true);
+    p.kind = ArgPlan::Kind::Const;
+    p.constant = c10::IValue(std::move(w));
+    return p;
+  }
   if (o.kind == K::None || !has_dynamic(o)) {
     p.kind = ArgPlan::Kind::Const;
     p.constant = literal(o, t, op, k);

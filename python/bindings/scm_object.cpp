@@ -293,6 +293,16 @@ PyMethodDef scm_methods[] = {
      "The specialization the decision program picks for these arguments, or -1."},
     {nullptr, nullptr, 0, nullptr}};
 
+PyObject* scm_get_on_miss(PyObject* py_self, void*) {
+  PyObject* m = reinterpret_cast<ScmObject*>(py_self)->st->on_miss;
+  Py_INCREF(m);
+  return m;  // new ref
+}
+
+PyGetSetDef scm_getset[] = {
+    {"on_miss", scm_get_on_miss, nullptr, "The Python miss handler (its __self__ is the controller).", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
 PyObject* scm_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   static const char* kwlist[] = {"on_miss", "on_state_change", nullptr};
   PyObject* on_miss = nullptr;
@@ -361,6 +371,7 @@ bool register_scm_type(PyObject* module) {
   ScmType.tp_vectorcall_offset = offsetof(ScmObject, vectorcall);
   ScmType.tp_weaklistoffset = offsetof(ScmObject, weakrefs);
   ScmType.tp_methods = scm_methods;
+  ScmType.tp_getset = scm_getset;
   if (PyType_Ready(&ScmType) < 0) return false;
   Py_INCREF(&ScmType);
   return PyModule_AddObject(module, "SCM", reinterpret_cast<PyObject*>(&ScmType)) == 0;

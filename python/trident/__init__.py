@@ -1,2 +1,52 @@
+"""torch-trident: native Specialization Cache Modules for PyTorch programs.
+
+    fast = trident.compile(model)   # first call captures and compiles; later calls stay native
+    trident.counters(fast)          # {"hits", "misses", "compiles", "specializations", "fallbacks", ...}
+    print(trident.explain(fast))    # specializations, guards, generated source, counters
+"""
+from __future__ import annotations
+
 import torch  # noqa: F401  (loads libtorch before the extension)
-from . import _C  # noqa: F401
+
+from . import _C, _state
+from .compiled import CompiledFunction
+from .config import Options
+from .errors import MissPolicyError, TridentError, UnsupportedError
+from .explain import explain
+
+__all__ = ["compile", "counters", "explain", "TridentError", "UnsupportedError", "MissPolicyError", "Options"]
+__version__ = "0.1.0"
+
+_state.install_hooks()
+
+
+def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "compile"):
+    """Compile `fn` (a function or nn.Module) into a native callable.
+
+    The result is called exactly like `fn`. Each new argument signature (structure, dtypes, devices,
+    shapes, strides, Python scalar values, grad mode) is captured once with torch.export and added to
+    the function's Specialization Cache Module; every later matching call runs in native code.
+    Usable as a decorator, with or without arguments."""
+    kw = {"on_miss": on_miss}
+    if max_specializations is not None:
+        kw["max_specializations"] = max_specializations
+    options = Options(**kw)
+    if fn is None:
+        return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss)
+    if not callable(fn):
+        raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
+    return CompiledFunction(fn, options).scm
+
+
+def controller(compiled) -> CompiledFunction:
+    """The controller behind a callable returned by trident.compile (TypeError otherwise)."""
+    owner = getattr(getattr(compiled, "on_miss", None), "__self__", None)
+    if not isinstance(compiled, _C.SCM) or not isinstance(owner, CompiledFunction):
+        raise TypeError(f"expected a function returned by trident.compile, got {type(compiled).__name__}")
+    return owner
+
+
+def counters(compiled) -> dict:
+    """Integer counters of a compiled function: hits, misses, compiles, specializations, fallbacks,
+    module_cache_loads (modules reused from the disk cache), and compile_seconds (float)."""
+    return controller(compiled).scm.counters()

@@ -1,0 +1,199 @@
+"""The Python controller behind one compiled function: the miss path (capture, lower, add a
+specialization), the module-state bookkeeping and the policies. The callable users hold is the
+native SCM object; this controller is reached only on a miss or a state change."""
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import warnings
+
+import torch
+import torch.utils._pytree as pytree
+
+from . import _C, _compat
+from .config import Options
+from .errors import MissPolicyError, UnsupportedError
+from .lower import StateRef, lower
+
+log = logging.getLogger("trident")
+
+
+class _FunctionModule(torch.nn.Module):
+    """Lets torch.export capture a plain function."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+class _Leaf:
+    """Stands for flattened leaf `index` while we find where export put each argument."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _mark_leaves(args: tuple, kwargs: dict):
+    """Replace every leaf by a _Leaf, in the order the native flattener numbers them
+    (positional arguments, then keyword arguments in call order; tuples and lists recursively)."""
+    counter = iter(range(1 << 30))
+
+    def mark(x):
+        if isinstance(x, (tuple, list)) and type(x) in (tuple, list):
+            return type(x)(mark(v) for v in x)
+        return _Leaf(next(counter))
+
+    margs = tuple(mark(a) for a in args)
+    mkwargs = {k: mark(v) for k, v in kwargs.items()}
+    return margs, mkwargs
+
+
+class CompiledFunction:
+    def __init__(self, fn, options: Options):
+        self.fn = fn
+        self.module = fn if isinstance(fn, torch.nn.Module) else None
+        self.options = options
+        self.name = getattr(fn, "__qualname__", type(fn).__name__)
+        target = fn.forward if self.module is not None else fn
+        try:
+            self.signature = inspect.signature(target)
+        except (TypeError, ValueError):
+            self.signature = None
+        self.state: list[StateRef] = []
+        self._state_keys: dict = {}
+        self.lock = threading.RLock()
+        self.kernels: list = []          # Triton kernels recorded by captures (explain)
+        self.last_ops: list[list[str]] = []
+        self._cap_logged = False
+        self._fallback_logged: set[str] = set()
+        self.scm = _C.SCM(self._on_miss, self._on_state_change)
+
+    # ---- miss path -------------------------------------------------------------------------
+    def _on_miss(self, *args, **kwargs):
+        with self.lock:
+            self._check_arguments(args, kwargs)
+            structure, leaves = _C.describe_args(*args, **kwargs)
+            if structure is None:
+                return self._fallback(args, kwargs, f"{leaves}; running the original function eagerly")
+            if self.scm.select(*args, **kwargs) >= 0:
+                return NotImplemented  # another thread compiled it while we waited for the lock
+            reasons = self.scm.explain_call(*args, **kwargs)
+            if reasons:
+                log.info("trident: recompiling %s: %s", self.name,
+                         "; ".join(f"spec {i}: {why}" for i, why in reasons))
+            if self.options.on_miss != "compile" or len(reasons) >= self.options.max_specializations:
+                return self._apply_policy(args, kwargs, reasons)
+            self._compile(args, kwargs, structure, leaves)
+            return NotImplemented
+
+    def _check_arguments(self, args, kwargs):
+        if self.signature is None:
+            return
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.name}() (compiled by trident): {e}") from None
+
+    def _apply_policy(self, args, kwargs, reasons):
+        why = "; ".join(f"spec {i}: {w}" for i, w in reasons) or "no specialization yet"
+        at_cap = len(reasons) >= self.options.max_specializations
+        if self.options.on_miss == "error":
+            cause = (f"max_specializations={self.options.max_specializations} reached"
+                     if at_cap else "on_miss='error'")
+            raise MissPolicyError(f"{self.name}: call matches no specialization and {cause}; failed guards: {why}")
+        if at_cap and not self._cap_logged:
+            self._cap_logged = True
+            log.warning("trident: %s reached max_specializations=%d; further misses run eagerly. "
+                        "Failed guards of the first such call: %s", self.name,
+                        self.options.max_specializations, why)
+        self.scm.note_fallback()
+        return self.fn(*args, **kwargs)
+
+    def _fallback(self, args, kwargs, reason: str):
+        if reason not in self._fallback_logged:
+            self._fallback_logged.add(reason)
+            msg = f"trident: {self.name}: {reason}"
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            log.warning(msg)
+        self.scm.note_fallback()
+        return self.fn(*args, **kwargs)
+
+    def _compile(self, args, kwargs, structure: str, leaves: list[dict]):
+        margs, mkwargs = _mark_leaves(args, kwargs)
+        if self.signature is not None:
+            bound = self.signature.bind(*args, **kwargs)
+            mbound = self.signature.bind(*margs, **mkwargs)
+            ex_args, ex_kwargs = tuple(bound.args), dict(bound.kwargs)
+            m_args, m_kwargs = tuple(mbound.args), dict(mbound.kwargs)
+        else:
+            ex_args, ex_kwargs, m_args, m_kwargs = args, kwargs, margs, mkwargs
+        # export's user inputs are the pytree leaves of (args, kwargs), None excluded.
+        marks = [m for m in pytree.tree_leaves((m_args, m_kwargs))]
+        values = pytree.tree_leaves((ex_args, ex_kwargs))
+        leaf_of_input = [m.index if isinstance(v, torch.Tensor) else None
+                         for m, v in zip(marks, values) if v is not None]
+        wrapper = self.module if self.module is not None else _FunctionModule(self.fn)
+        try:
+            ep = _compat.export_program(wrapper, ex_args, ex_kwargs)
+        except UnsupportedError:
+            raise
+        except Exception as e:  # capture failures name the construct; keep the original as cause
+            raise UnsupportedError(
+                f"{self.name}: capture failed, so this call cannot be compiled: "
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+        n_user = sum(1 for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT")
+        if n_user != len(leaf_of_input):
+            raise UnsupportedError(
+                f"{self.name}: export produced {n_user} user inputs for {len(leaf_of_input)} arguments; "
+                "argument structure not supported")
+        lowered = lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index)
+        self.scm.set_state([r.tensor for r in self.state])
+        self.scm.add_spec(lowered.text)
+        self.last_ops.append(lowered.ops)
+
+    # ---- module state ----------------------------------------------------------------------
+    def _state_index(self, ref: StateRef) -> int:
+        if ref.kind in ("parameter", "buffer") and self.module is not None:
+            ref.tensor = self._read_state(ref)
+            key = (ref.kind, ref.target)
+        else:
+            key = ("constant", id(ref.tensor))
+        if key not in self._state_keys:
+            ref.shape_key = (ref.tensor.dtype, ref.tensor.shape, ref.tensor.device)
+            self._state_keys[key] = len(self.state)
+            self.state.append(ref)
+        return self._state_keys[key]
+
+    def _read_state(self, ref: StateRef) -> torch.Tensor:
+        if ref.kind == "parameter":
+            return self.module.get_parameter(ref.target)
+        return self.module.get_buffer(ref.target)
+
+    def _on_state_change(self):
+        """Cold path: some module (re)registered state, or a captured tensor's metadata changed.
+        New tensor objects or dtype/shape/device changes invalidate every specialization; a new
+        data pointer alone (`param.data = ...` of the same shape) only needs a new snapshot."""
+        with self.lock:
+            invalid = False
+            for ref in self.state:
+                if ref.kind not in ("parameter", "buffer") or self.module is None:
+                    continue
+                try:
+                    now = self._read_state(ref)
+                except AttributeError:
+                    invalid = True
+                    continue
+                if now is not ref.tensor or (now.dtype, now.shape, now.device) != ref.shape_key:
+                    ref.tensor = now
+                    invalid = True
+            if invalid:
+                log.info("trident: %s: module state changed; dropping %d specializations",
+                         self.name, self.scm.counters()["specializations"])
+                self.scm.clear()
+                self.state.clear()
+                self._state_keys.clear()
+            self.scm.set_state([r.tensor for r in self.state])

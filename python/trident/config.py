@@ -1,0 +1,30 @@
+"""Every knob of torch-trident, defined once with its meaning (environment variables are read here,
+once, at import). Per-function options are the keyword arguments of trident.compile."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# Where compiled modules are cached (read by the native toolchain too): TRIDENT_CACHE_DIR.
+# The C compiler for generated modules: TRIDENT_CC, else CC, else `cc`.
+
+ON_MISS_POLICIES = ("compile", "error", "eager")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of one compiled function.
+
+    max_specializations: how many specializations one function may hold; a miss beyond it follows
+        `on_miss` as if it were "eager" (or "error" when on_miss="error"), logged once.
+    on_miss: "compile" (capture and add a specialization), "error" (raise MissPolicyError naming the
+        failed guard), or "eager" (run the original function, counted as a fallback).
+    """
+    max_specializations: int = int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64"))
+    on_miss: str = "compile"
+
+    def __post_init__(self):
+        if self.on_miss not in ON_MISS_POLICIES:
+            raise ValueError(f"on_miss must be one of {ON_MISS_POLICIES}, got {self.on_miss!r}")
+        if not isinstance(self.max_specializations, int) or self.max_specializations < 1:
+            raise ValueError(f"max_specializations must be a positive int, got {self.max_specializations!r}")

@@ -1,0 +1,29 @@
+"""trident.explain: what a compiled function holds and, for given arguments, what it would do."""
+from __future__ import annotations
+
+
+def explain(compiled, *args, **kwargs) -> str:
+    """A report: counters, the generated source, every specialization with its guards and program.
+    With arguments, also which specialization those arguments select, or which guard each rejects."""
+    from . import controller
+    c = controller(compiled)
+    scm = c.scm
+    n = scm.counters()
+    src, so = scm.paths()
+    lines = [f"trident: {c.name}",
+             "  counters: " + ", ".join(f"{k}={v}" for k, v in n.items()),
+             f"  generated source: {src or '(none yet)'}",
+             f"  module: {so or '(none yet)'}",
+             f"  state tensors: {len(c.state)}"]
+    if args or kwargs:
+        choice = scm.select(*args, **kwargs)
+        lines.append(f"  these arguments select: {'spec %d' % choice if choice >= 0 else 'nothing (miss)'}")
+        reasons = scm.explain_call(*args, **kwargs)
+        if isinstance(reasons, str):
+            lines.append(f"  not describable natively: {reasons}")
+        else:
+            for i, why in reasons:
+                lines.append(f"    spec {i}: {'all guards hold' if not why else 'fails ' + why}")
+    lines.append("  specializations (host IR):")
+    lines += ["    " + line for line in scm.ir().splitlines()]
+    return "\n".join(lines)

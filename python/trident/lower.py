@@ -1,0 +1,291 @@
+"""Lowering: an exported, functional ATen graph becomes one host IR spec (text, see docs/host_ir.md).
+
+Inputs map to IR as follows: user tensors are `arg K` (K = the leaf index the native flattener gives
+that argument), parameters/buffers/lifted constants are `state K` (K = index in the compiled
+function's state list), Python scalars are baked in (their values are guarded). ATen calls are
+normalized against their schema, so every call site carries all arguments positionally. Inputs the
+program mutates are written back in place with aten::copy_ after the body, as eager would have.
+
+Anything the lowering cannot represent raises UnsupportedError naming the node and the construct.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+from torch.export.graph_signature import InputKind, OutputKind
+
+from . import _compat
+from .errors import UnsupportedError
+
+_LAYOUTS = {torch.strided: 0, torch.sparse_coo: 1, torch.sparse_csr: 2, torch.sparse_csc: 4}
+_MEMFMTS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
+            torch.channels_last_3d: 3}
+_DEVICE_TYPES = {"cpu": 0, "cuda": 1}
+_DTYPE_CODES: dict[torch.dtype, int] = {}
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """c10::ScalarType of a torch.dtype, read from the native side (no hand-kept table)."""
+    if dtype not in _DTYPE_CODES:
+        from . import _C
+        _DTYPE_CODES[dtype] = _C.describe_tensor(torch.empty(0, dtype=dtype))["dtype"]
+    return _DTYPE_CODES[dtype]
+
+
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _float(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    s = repr(float(v))
+    return s if any(c in s for c in ".e") else s + ".0"
+
+
+@dataclass
+class StateRef:
+    """One captured tensor of the program (parameter, buffer or lifted constant)."""
+    kind: str      # "parameter" | "buffer" | "constant"
+    target: str    # fully qualified name, or the constant's name
+    tensor: torch.Tensor
+    shape_key: tuple = ()  # (dtype, shape, device) the specializations were traced with
+
+
+@dataclass
+class Lowered:
+    text: str                 # the spec, host IR text
+    state: list[StateRef]     # state the spec refers to, in `state K` order of the caller's list
+    ops: list[str] = field(default_factory=list)
+
+
+class _Lowerer:
+    def __init__(self, ep, structure: str, leaf_of_input: list[int | None], state_index):
+        self.ep = ep
+        self.structure = structure
+        self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
+        self.state_index = state_index      # callable(StateRef) -> int
+        self.lines: list[str] = []
+        self.env: dict[fx.Node, object] = {}  # node -> "%N" | list["%N"] | python constant
+        self.next_value = 0
+        self.ops: list[str] = []
+
+    def value(self) -> str:
+        v = f"%{self.next_value}"
+        self.next_value += 1
+        return v
+
+    def fail(self, node: fx.Node, what: str):
+        raise UnsupportedError(f"cannot lower node '{node.name}' ({node.format_node()}): {what}")
+
+    # -- operands --------------------------------------------------------------------------
+    def operand(self, node: fx.Node, a) -> str:
+        if isinstance(a, fx.Node):
+            v = self.env[a]
+            if isinstance(v, str):
+                return v
+            return self.literal(node, v)
+        return self.literal(node, a)
+
+    def literal(self, node: fx.Node, a) -> str:
+        if a is None:
+            return "none"
+        if isinstance(a, bool):
+            return "true" if a else "false"
+        if isinstance(a, int):
+            return str(a)
+        if isinstance(a, float):
+            return _float(a)
+        if isinstance(a, str):
+            return _quote(a)
+        if isinstance(a, torch.dtype):
+            return f"dtype({dtype_code(a)})"
+        if isinstance(a, torch.layout):
+            if a not in _LAYOUTS:
+                self.fail(node, f"layout {a}")
+            return f"layout({_LAYOUTS[a]})"
+        if isinstance(a, torch.memory_format):
+            return f"memfmt({_MEMFMTS[a]})"
+        if isinstance(a, torch.device):
+            if a.type not in _DEVICE_TYPES:
+                self.fail(node, f"device type {a.type}")
+            return f"device({_DEVICE_TYPES[a.type]}:{-1 if a.index is None else a.index})"
+        if isinstance(a, (list, tuple)):
+            return "[" + ", ".join(self.operand(node, x) for x in a) + "]"
+        if isinstance(a, torch.SymInt):
+            self.fail(node, "symbolic integer operands (dynamic shapes) are not lowered yet")
+        self.fail(node, f"argument of type {type(a).__name__}")
+
+    # -- nodes -----------------------------------------------------------------------------
+    def call(self, node: fx.Node):
+        op = node.target
+        if not isinstance(op, torch._ops.OpOverload):
+            self.fail(node, f"call to {getattr(op, '__name__', op)!r}, which is not an ATen operator")
+        schema = op._schema
+        if any(r.type.kind() not in ("TensorType", "OptionalType", "ListType") for r in schema.returns):
+            self.fail(node, f"{schema.name} returns a non-tensor value (data-dependent)")
+        operands = []
+        for k, formal in enumerate(schema.arguments):
+            if k < len(node.args) and not formal.kwarg_only:
+                a = node.args[k]
+            elif formal.name in node.kwargs:
+                a = node.kwargs[formal.name]
+            elif formal.has_default_value():
+                a = formal.default_value
+            else:
+                self.fail(node, f"missing argument '{formal.name}' of {schema.name}")
+            operands.append(self.operand(node, a))
+        name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+        self.ops.append(name)
+        val = node.meta.get("val")
+        if isinstance(val, (list, tuple)):
+            results = [self.value() for _ in val]
+            self.env[node] = results
+        elif val is None and len(schema.returns) == 0:
+            results = []
+            self.env[node] = None
+        else:
+            results = [self.value()]
+            self.env[node] = results[0]
+        lhs = (", ".join(results) + " = ") if results else ""
+        self.lines.append(f"{lhs}call {_quote(name)} ({', '.join(operands)})")
+
+    def getitem(self, node: fx.Node):
+        src, idx = node.args
+        vals = self.env[src]
+        if not isinstance(vals, list):
+            self.fail(node, "indexing a value that is not a list of tensors")
+        self.env[node] = vals[idx]
+
+    def output_tree(self, spec, leaves: list) -> str:
+        it = iter(leaves)
+
+        def build(s):
+            if _compat.treespec_is_leaf(s):
+                return next(it)
+            kids = [build(c) for c in _compat.treespec_children(s)]
+            if s.type is tuple:
+                return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
+            if s.type is list:
+                return "[" + ", ".join(kids) + "]"
+            if s.type is dict:
+                keys = s.context
+                if not all(isinstance(k, str) for k in keys):
+                    raise UnsupportedError(f"output dict with non-string keys {keys!r}")
+                return "{" + ", ".join(f"{_quote(k)}: {v}" for k, v in zip(keys, kids)) + "}"
+            if s.type is type(None):
+                return "none"
+            raise UnsupportedError(
+                f"output container {s.type.__name__} is not supported (use tuple, list or dict)")
+
+        return build(spec)
+
+    def run(self) -> Lowered:
+        sig = self.ep.graph_signature
+        spec_by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+        user_k = 0
+        state: list[StateRef] = []
+        for node in self.ep.graph.nodes:
+            if node.op == "placeholder":
+                ispec = spec_by_name[node.name]
+                if ispec.kind == InputKind.USER_INPUT:
+                    leaf = self.leaf_of_input[user_k]
+                    user_k += 1
+                    if leaf is None:
+                        self.env[node] = ispec.arg.value if hasattr(ispec.arg, "value") else node.meta.get("val")
+                        continue
+                    v = self.value()
+                    self.lines.append(f"{v} = arg {leaf}")
+                    self.env[node] = v
+                else:
+                    ref = self.state_ref(ispec)
+                    v = self.value()
+                    self.lines.append(f"{v} = state {self.state_index(ref)}")
+                    state.append(ref)
+                    self.env[node] = v
+            elif node.op == "call_function":
+                if node.target is operator.getitem:
+                    self.getitem(node)
+                else:
+                    self.call(node)
+            elif node.op == "output":
+                outs = list(node.args[0])
+                self.write_back(outs, sig)
+                user = [o for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+                tree = self.output_tree(self.ep.call_spec.out_spec, [self.operand(node, o) for o in user])
+                self.lines.append(f"return {tree}")
+            else:
+                self.fail(node, f"node kind {node.op}")
+        return Lowered("\n".join(self.lines), state, self.ops)
+
+    def state_ref(self, ispec) -> StateRef:
+        kind = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+                InputKind.CONSTANT_TENSOR: "constant"}.get(ispec.kind)
+        if kind is None:
+            raise UnsupportedError(f"input kind {ispec.kind} is not supported")
+        if kind == "constant":
+            tensor = self.ep.constants[ispec.target]
+        else:
+            tensor = self.ep.state_dict.get(ispec.target)
+            if tensor is None:
+                tensor = self.ep.constants.get(ispec.target)  # non-persistent buffers
+        return StateRef(kind, ispec.target, tensor)
+
+    def write_back(self, outs, sig):
+        """Inputs and buffers the program mutated get their new value copied in place."""
+        by_name = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
+        for o, s in zip(outs, sig.output_specs):
+            if s.kind == OutputKind.USER_INPUT_MUTATION:
+                target = by_name[s.target]
+            elif s.kind == OutputKind.BUFFER_MUTATION:
+                target = next(by_name[i.arg.name] for i in sig.input_specs
+                              if i.kind == InputKind.BUFFER and i.target == s.target)
+            else:
+                continue
+            dst = self.env[target]
+            if not isinstance(dst, str):
+                raise UnsupportedError(f"mutation of non-tensor input {s.target}")
+            self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
+
+
+def guard_lines(structure: str, leaves: list[dict], grad_mode: bool) -> list[str]:
+    """Guards for a static specialization: every property of every leaf the trace depended on.
+
+    Tensors: kind, dtype, device, rank, requires_grad, dispatch keys, each size and stride.
+    Python scalars: their value (the trace baked it in). None leaves: fixed by the structure."""
+    out = [f"guard grad_mode == {int(grad_mode)}"]
+    for k, l in enumerate(leaves):
+        out.append(f"guard L{k}.kind == {l['kind']}")
+        if l["kind"] == 1:
+            out += [f"guard L{k}.dtype == {l['dtype']}", f"guard L{k}.device_type == {l['device_type']}",
+                    f"guard L{k}.device_index == {l['device_index']}", f"guard L{k}.dim == {l['dim']}",
+                    f"guard L{k}.flags == {l['flags']}", f"guard L{k}.keyset == {_keyset(l['keyset'])}"]
+            out += [f"guard L{k}.size[{d}] == {s}" for d, s in enumerate(l["sizes"])]
+            out += [f"guard L{k}.stride[{d}] == {s}" for d, s in enumerate(l["strides"])]
+        elif l["kind"] in (2, 4):
+            out.append(f"guard L{k}.ival == {l['ival']}")
+        elif l["kind"] == 3:
+            out.append(f"guard L{k}.fval == {_float(l['fval'])}")
+    return out
+
+
+def _keyset(raw: int) -> int:
+    """Dispatch key sets are 64-bit unsigned; the IR stores guard literals as int64."""
+    return raw - (1 << 64) if raw >= (1 << 63) else raw
+
+
+def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
+          state_index) -> Lowered:
+    """The full spec text: header, guards, body."""
+    body = _Lowerer(ep, structure, leaf_of_input, state_index).run()
+    lines = [f"spec 0 structure {_quote(structure)} {{"]
+    lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode)]
+    lines += ["  " + b for b in body.text.splitlines()]
+    lines.append("}")
+    return Lowered("\n".join(lines) + "\n", body.state, body.ops)

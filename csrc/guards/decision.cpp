@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -22,8 +23,12 @@ std::string int_literal(int64_t v) {
 
 std::string float_literal(double v) {
   if (std::isinf(v)) return v > 0 ? "__builtin_inf()" : "(-__builtin_inf())";
+  // Shortest precision that reads back to the same double.
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int prec = 15; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   std::string s = buf;
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;

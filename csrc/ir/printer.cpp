@@ -1,6 +1,7 @@
 // Canonical text of the host IR. The parser accepts exactly this (plus comments and free spacing).
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "ir/text.h"
@@ -23,8 +24,12 @@ std::string quote(const std::string& s) {
 std::string print_float(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  // Shortest precision that reads back to the same double.
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int prec = 15; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   std::string s = buf;
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;

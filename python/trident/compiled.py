@@ -131,11 +131,10 @@ class CompiledFunction:
             m_args, m_kwargs = tuple(mbound.args), dict(mbound.kwargs)
         else:
             ex_args, ex_kwargs, m_args, m_kwargs = args, kwargs, margs, mkwargs
-        # export's user inputs are the pytree leaves of (args, kwargs), None excluded.
-        marks = [m for m in pytree.tree_leaves((m_args, m_kwargs))]
-        values = pytree.tree_leaves((ex_args, ex_kwargs))
-        leaf_of_input = [m.index if isinstance(v, torch.Tensor) else None
-                         for m, v in zip(marks, values) if v is not None]
+        # export's user inputs are the pytree leaves of (args, kwargs), None included.
+        marks = pytree.tree_leaves((m_args, m_kwargs), is_leaf=lambda x: x is None)
+        values = pytree.tree_leaves((ex_args, ex_kwargs), is_leaf=lambda x: x is None)
+        leaf_of_input = [m.index if isinstance(v, torch.Tensor) else None for m, v in zip(marks, values)]
         wrapper = self.module if self.module is not None else _FunctionModule(self.fn)
         try:
             ep = _compat.export_program(wrapper, ex_args, ex_kwargs)

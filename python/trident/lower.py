@@ -216,8 +216,10 @@ class _Lowerer:
                     self.call(node)
             elif node.op == "output":
                 outs = list(node.args[0])
-                self.write_back(outs, sig)
-                user = [o for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+                written = self.write_back(outs, sig)
+                # Returning a mutated input returns the input itself, as eager does (same object).
+                user = [written.get(o, o) if isinstance(o, fx.Node) else o
+                        for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
                 tree = self.output_tree(self.ep.call_spec.out_spec, [self.operand(node, o) for o in user])
                 self.lines.append(f"return {tree}")
             else:
@@ -237,8 +239,10 @@ class _Lowerer:
                 tensor = self.ep.constants.get(ispec.target)  # non-persistent buffers
         return StateRef(kind, ispec.target, tensor)
 
-    def write_back(self, outs, sig):
-        """Inputs and buffers the program mutated get their new value copied in place."""
+    def write_back(self, outs, sig) -> dict:
+        """Inputs and buffers the program mutated get their new value copied in place.
+        Returns {new-value node: input placeholder} for the values written back."""
+        written = {}
         by_name = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
         for o, s in zip(outs, sig.output_specs):
             if s.kind == OutputKind.USER_INPUT_MUTATION:
@@ -252,6 +256,8 @@ class _Lowerer:
             if not isinstance(dst, str):
                 raise UnsupportedError(f"mutation of non-tensor input {s.target}")
             self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
+            written[o] = target
+        return written
 
 
 def guard_lines(structure: str, leaves: list[dict], grad_mode: bool) -> list[str]:

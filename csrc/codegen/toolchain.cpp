@@ -9,8 +9,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace trident::codegen {
 namespace {
@@ -38,17 +36,23 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+// stdio rather than iostreams: the core stays free of locale/iostream static state.
 void write_file(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-  if (!f) throw ToolchainError("cannot write " + path);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  bool ok = f && std::fwrite(data.data(), 1, data.size(), f) == data.size();
+  if (f) ok = std::fclose(f) == 0 && ok;
+  if (!ok) throw ToolchainError("cannot write " + path);
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
+  std::string s;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
+  return s;
 }
 
 }  // namespace

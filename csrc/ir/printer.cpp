@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 #include "ir/text.h"
 
@@ -135,12 +134,10 @@ std::string print_instr(const Instr& in) {
 }
 
 std::string print(const Spec& s) {
-  std::ostringstream out;
-  out << "spec " << s.id << " structure " << quote(s.structure) << " {\n";
-  for (const auto& g : s.guards) out << "  " << print_guard(g) << "\n";
-  for (const auto& in : s.body) out << "  " << print_instr(in) << "\n";
-  out << "}\n";
-  return out.str();
+  std::string out = "spec " + std::to_string(s.id) + " structure " + quote(s.structure) + " {\n";
+  for (const auto& g : s.guards) out += "  " + print_guard(g) + "\n";
+  for (const auto& in : s.body) out += "  " + print_instr(in) + "\n";
+  return out + "}\n";
 }
 
 std::string print(const Module& m) {

@@ -27,16 +27,6 @@ static inline int64_t trd_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t trd_max(int64_t a, int64_t b) { return a > b ? a : b; }
 )C";
 
-std::string c_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') { out += '\\'; out += c; }
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out + "\"";
-}
-
 std::string sym_operand(const ir::Operand& o) {
   if (o.kind == ir::Operand::Kind::Sym) return "s" + std::to_string(o.i);
   return "INT64_C(" + std::to_string(o.i) + ")";
@@ -216,14 +206,14 @@ EmittedModule emit_module(const ir::Module& m) {
     src += "static int " + name + "(const trd_rt* rt, trd_frame* f, const trd_leaf* L, int64_t* out) {\n" +
            "  (void)L; (void)out;\n" + e.body + "}\n\n";
     runs.push_back(name);
-    outputs.push_back(c_string(e.output_tree));
+    outputs.push_back(ir::quote(e.output_tree));
     nslots.push_back(e.nslots);
     nout.push_back(e.nout);
   }
   std::vector<std::string> site_text;
   std::vector<int32_t> site_spec;
   for (const auto& s : sites) {
-    site_text.push_back(c_string(s.text));
+    site_text.push_back(ir::quote(s.text));
     site_spec.push_back(s.spec);
   }
   src += c_array("const trd_run_fn", "trd_runs", runs) + c_array("const int32_t", "trd_nslots", nslots) +

@@ -23,15 +23,7 @@ std::string int_literal(int64_t v) {
 
 std::string float_literal(double v) {
   if (std::isinf(v)) return v > 0 ? "__builtin_inf()" : "(-__builtin_inf())";
-  // Shortest precision that reads back to the same double.
-  char buf[40];
-  for (int prec = 15; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
+  return ir::print_float(v);
 }
 
 std::string field_expr(const Field& f) {
@@ -152,15 +144,6 @@ class Emitter {
   }
 };
 
-std::string c_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 std::string guard_expr(const Guard& g) {
@@ -194,7 +177,7 @@ std::string emit_select(const std::vector<ir::Spec>& specs) {
   }
   for (const auto& st : order) {
     e.line(1, "if (c->structure_len == " + std::to_string(st.size()) + " && memcmp(c->structure, " +
-                  c_string(st) + ", " + std::to_string(st.size()) + ") == 0) {");
+                  ir::quote(st) + ", " + std::to_string(st.size()) + ") == 0) {");
     e.tree(groups[st], 2);
     e.line(1, "}");
   }

@@ -243,20 +243,22 @@ std::vector<Operand> operand_list(Lexer& lx) {
   return ops;
 }
 
+// `launch K grid(g0, g1, g2) (operands)`, after the keyword.
+void launch_rest(Lexer& lx, Instr& in) {
+  in.kind = Instr::Kind::Launch;
+  in.a = lx.integer();
+  lx.expect("grid");
+  in.grid = operand_list(lx);
+  in.operands = operand_list(lx);
+}
+
 Instr instr(Lexer& lx) {
   using K = Instr::Kind;
   Instr in;
   if (lx.accept("return")) { in.kind = K::Return; in.operands.push_back(operand(lx)); return in; }
   if (lx.accept("release")) { in.kind = K::Release; lx.expect("%"); in.a = lx.integer(); return in; }
   if (lx.accept("call")) { in.kind = K::Call; in.op = lx.string(); in.operands = operand_list(lx); return in; }
-  if (lx.accept("launch")) {
-    in.kind = K::Launch;
-    in.a = lx.integer();
-    lx.expect("grid");
-    in.grid = operand_list(lx);
-    in.operands = operand_list(lx);
-    return in;
-  }
+  if (lx.accept("launch")) { launch_rest(lx, in); return in; }
   char sigil = lx.peek();
   if (sigil != '%' && sigil != '$') lx.fail("an instruction");
   in.results = results(lx, sigil);
@@ -264,14 +266,7 @@ Instr instr(Lexer& lx) {
   if (sigil == '%') {
     if (w == "arg" || w == "state") { in.kind = w == "arg" ? K::Arg : K::State; in.a = lx.integer(); return in; }
     if (w == "call") { in.kind = K::Call; in.op = lx.string(); in.operands = operand_list(lx); return in; }
-    if (w == "launch") {
-      in.kind = K::Launch;
-      in.a = lx.integer();
-      lx.expect("grid");
-      in.grid = operand_list(lx);
-      in.operands = operand_list(lx);
-      return in;
-    }
+    if (w == "launch") { launch_rest(lx, in); return in; }
     lx.fail("arg, state, call or launch");
   }
   if (w == "int") { in.kind = K::SymLeaf; in.a = lx.integer(); return in; }

@@ -6,8 +6,6 @@
 #include "ir/text.h"
 
 namespace trident::ir {
-namespace {
-
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -33,6 +31,8 @@ std::string print_float(double v) {
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
 }
+
+namespace {
 
 std::string print_field(const Field& f) {
   std::string s;

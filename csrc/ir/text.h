@@ -17,6 +17,10 @@ struct ParseError : std::runtime_error {
 std::string print(const Module& m);
 std::string print(const Spec& s);
 std::string print_operand(const Operand& o);
+// Shared spellings: a double-quoted, escaped string (valid in IR and in C), and the shortest
+// decimal that reads back to the same double (always with '.', an exponent, inf or nan).
+std::string quote(const std::string& s);
+std::string print_float(double v);
 std::string print_guard(const Guard& g);
 std::string print_instr(const Instr& in);
 

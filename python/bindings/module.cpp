@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "codegen/emit_c.h"
+#include "errors.h"
 #include "codegen/toolchain.h"
 #include "flatten.h"
 #include "guards/decision.h"
@@ -27,12 +28,8 @@ PyObject* with_module(PyObject* arg, Fn fn) {
     ir::Module m = ir::parse_module(text);
     std::string out = fn(m);
     return PyUnicode_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
-  } catch (const ir::ParseError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const ir::VerifyError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+    set_python_error(e);
   }
   return nullptr;
 }

@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "codegen/emit_c.h"
+#include "errors.h"
 #include "codegen/toolchain.h"
 #include "flatten.h"
 #include "guards/explain.h"
@@ -181,12 +182,8 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     if (built.cache_hit) ++st->cache_loads;
     st->compile_seconds += built.compile_seconds;
     return PyLong_FromLong(static_cast<long>(st->module.specs.size() - 1));
-  } catch (const ir::ParseError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const ir::VerifyError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+    set_python_error(e);
   }
   return nullptr;
 }

@@ -39,7 +39,16 @@ struct SiteOut {
 
 class SpecEmitter {
  public:
-  SpecEmitter(const ir::Spec& s, std::vector<SiteOut>& sites) : s_(s), sites_(sites) {}
+  SpecEmitter(const ir::Spec& s, std::vector<SiteOut>& sites, std::vector<std::string>& kernels)
+      : s_(s), sites_(sites) {
+    // Spec-local kernel ids become indices into the module-wide kernel table.
+    for (const auto& k : s.kernels) {
+      ir::Kernel g = k;
+      g.id = static_cast<int32_t>(kernels.size());
+      kernel_index_[k.id] = g.id;
+      kernels.push_back(ir::quote(ir::print_kernel(g)));
+    }
+  }
 
   std::string body;
   int32_t nslots = 0;
@@ -55,6 +64,7 @@ class SpecEmitter {
   std::vector<SiteOut>& sites_;
   std::map<int64_t, ir::Operand> loc_;   // %id -> arg(K) / state(K) / %slot
   std::map<int64_t, int32_t> arg_leaf_;  // %id of an argument -> leaf index
+  std::map<int64_t, int32_t> kernel_index_;  // spec-local kernel id -> module-wide index
 
   void line(const std::string& t) { body += "  " + t + "\n"; }
 
@@ -143,8 +153,10 @@ class SpecEmitter {
           loc_[v] = ir::Operand::value(nslots);
           site.results.push_back(nslots++);
         }
-        if (in.kind == K::Launch)
-          for (int k = 0; k < 3; ++k) site.grid.push_back(ir::Operand::integer(k));  // placeholders
+        if (in.kind == K::Launch) {
+          site.a = kernel_index_.at(in.a);
+          for (int k = 0; k < 3; ++k) site.grid.push_back(ir::Operand::integer(k));  // computed in C
+        }
         int32_t id = add_site(site);
         std::string dyn_decl = dyn_array(dyn, "d", "const int64_t");
         std::string d = dyn.empty() ? "NULL" : "d";
@@ -194,13 +206,13 @@ EmittedModule emit_module(const ir::Module& m) {
   src += guards::emit_select(m.specs) + "\n";
 
   std::vector<SiteOut> sites;
-  std::vector<std::string> runs, outputs;
+  std::vector<std::string> runs, outputs, kernels;
   std::vector<int32_t> nslots, nout;
   for (size_t k = 0; k < m.specs.size(); ++k) {
     const auto& s = m.specs[k];
     if (s.id != static_cast<int32_t>(k))
       throw std::logic_error("codegen: spec ids must be 0..n-1 in order, found " + std::to_string(s.id));
-    SpecEmitter e(s, sites);
+    SpecEmitter e(s, sites, kernels);
     e.run();
     std::string name = "trd_run_" + std::to_string(k);
     src += "static int " + name + "(const trd_rt* rt, trd_frame* f, const trd_leaf* L, int64_t* out) {\n" +
@@ -219,10 +231,11 @@ EmittedModule emit_module(const ir::Module& m) {
   src += c_array("const trd_run_fn", "trd_runs", runs) + c_array("const int32_t", "trd_nslots", nslots) +
          c_array("const int32_t", "trd_nout", nout) + c_array("const char* const", "trd_outputs", outputs) +
          c_array("const char* const", "trd_sites", site_text) +
-         c_array("const int32_t", "trd_site_spec", site_spec);
+         c_array("const int32_t", "trd_site_spec", site_spec) +
+         c_array("const char* const", "trd_kernels", kernels);
   src += "static const trd_module trd_the_module = {TRD_ABI_VERSION, " + std::to_string(m.specs.size()) +
          ", trd_select, trd_runs, trd_nslots, trd_nout, trd_outputs, " + std::to_string(sites.size()) +
-         ", trd_sites, trd_site_spec};\n" +
+         ", trd_sites, trd_site_spec, " + std::to_string(kernels.size()) + ", trd_kernels};\n" +
          "__attribute__((visibility(\"default\"))) const trd_module* trident_module_v1(void) {\n" +
          "  return &trd_the_module;\n}\n";
   return {src};

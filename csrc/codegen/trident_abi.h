@@ -89,6 +89,8 @@ typedef struct trd_module {
   int32_t nsites;
   const char* const* sites;          /* [nsites] call/launch site, host IR instruction syntax */
   const int32_t* site_spec;          /* [nsites] which spec each site belongs to */
+  int32_t nkernels;
+  const char* const* kernels;        /* [nkernels] Triton kernel declarations, host IR syntax */
 } trd_module;
 
 typedef const trd_module* (*trd_module_entry_fn)(void);

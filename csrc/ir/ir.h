@@ -93,10 +93,25 @@ struct Instr {
   std::vector<Operand> grid;     // Launch: three grid dimensions ($N or int)
 };
 
+// A compiled Triton kernel a spec launches: the cubin on disk and exactly what Triton 3.6's own
+// launcher needs (TRITON.md section 1). `params` lists the C type of each runtime parameter in
+// launch order (constexprs and ints equal to 1 already dropped; the two scratch pointers are not
+// listed, the runtime appends them).
+struct Kernel {
+  int32_t id = 0;               // spec-local in a spec; module-wide inside a built module
+  std::string name;             // the cubin's function name
+  std::string cubin;            // path of the cubin file
+  std::string params;           // comma-separated C types: ptr,i32,u32,i64,u64,i8,u8,i16,u16,fp16,bf16,fp32,fp64
+  int32_t num_warps = 4, num_ctas = 1, shared = 0;
+  int64_t global_scratch = 0, global_scratch_align = 1, profile_scratch = 0, profile_scratch_align = 1;
+  int32_t launch_pdl = 0, cooperative = 0;
+};
+
 struct Spec {
   int32_t id = 0;
   std::string structure;        // argument structure string the bindings compute
   std::vector<Guard> guards;
+  std::vector<Kernel> kernels;  // launched by `launch K` instructions of this spec
   std::vector<Instr> body;
 };
 

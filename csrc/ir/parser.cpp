@@ -291,7 +291,34 @@ Instr instr(Lexer& lx) {
   lx.fail("int, size, stride or a symbolic operator");
 }
 
+Kernel kernel(Lexer& lx) {
+  Kernel k;
+  k.id = static_cast<int32_t>(lx.integer());
+  k.name = lx.string();
+  k.cubin = lx.string();
+  k.params = lx.string();
+  auto field = [&](const char* key) { lx.expect(key); return lx.integer(); };
+  k.num_warps = static_cast<int32_t>(field("warps"));
+  k.num_ctas = static_cast<int32_t>(field("ctas"));
+  k.shared = static_cast<int32_t>(field("shared"));
+  k.global_scratch = field("gscratch");
+  k.global_scratch_align = lx.integer();
+  k.profile_scratch = field("pscratch");
+  k.profile_scratch_align = lx.integer();
+  k.launch_pdl = static_cast<int32_t>(field("pdl"));
+  k.cooperative = static_cast<int32_t>(field("coop"));
+  return k;
+}
+
 }  // namespace
+
+Kernel parse_kernel(const std::string& text) {
+  Lexer lx(text);
+  lx.expect("kernel");
+  Kernel k = kernel(lx);
+  if (!lx.at_end()) lx.fail("end of kernel declaration");
+  return k;
+}
 
 Module parse_module(const std::string& text) {
   Lexer lx(text);
@@ -305,6 +332,7 @@ Module parse_module(const std::string& text) {
     lx.expect("{");
     while (!lx.accept("}")) {
       if (lx.accept("guard")) s.guards.push_back(guard(lx));
+      else if (lx.accept("kernel")) s.kernels.push_back(kernel(lx));
       else s.body.push_back(instr(lx));
     }
     m.specs.push_back(std::move(s));

@@ -133,9 +133,18 @@ std::string print_instr(const Instr& in) {
   return "?";
 }
 
+std::string print_kernel(const Kernel& k) {
+  auto n = [](int64_t v) { return std::to_string(v); };
+  return "kernel " + n(k.id) + " " + quote(k.name) + " " + quote(k.cubin) + " " + quote(k.params) + " warps " +
+         n(k.num_warps) + " ctas " + n(k.num_ctas) + " shared " + n(k.shared) + " gscratch " + n(k.global_scratch) +
+         " " + n(k.global_scratch_align) + " pscratch " + n(k.profile_scratch) + " " + n(k.profile_scratch_align) +
+         " pdl " + n(k.launch_pdl) + " coop " + n(k.cooperative);
+}
+
 std::string print(const Spec& s) {
   std::string out = "spec " + std::to_string(s.id) + " structure " + quote(s.structure) + " {\n";
   for (const auto& g : s.guards) out += "  " + print_guard(g) + "\n";
+  for (const auto& k : s.kernels) out += "  " + print_kernel(k) + "\n";
   for (const auto& in : s.body) out += "  " + print_instr(in) + "\n";
   return out + "}\n";
 }

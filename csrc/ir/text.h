@@ -23,6 +23,8 @@ std::string quote(const std::string& s);
 std::string print_float(double v);
 std::string print_guard(const Guard& g);
 std::string print_instr(const Instr& in);
+std::string print_kernel(const Kernel& k);
+Kernel parse_kernel(const std::string& text);
 
 Module parse_module(const std::string& text);
 // One instruction in the syntax print_instr produces (used for call sites embedded in modules).

@@ -13,7 +13,7 @@ namespace {
 struct Checker {
   const Spec& s;
   int nleaves;
-  std::set<int64_t> values, syms, released, args;
+  std::set<int64_t> values, syms, released, args, kernel_ids;
 
   [[noreturn]] void fail(const std::string& what, const Instr* in = nullptr) const {
     std::string where = "spec " + std::to_string(s.id);
@@ -44,6 +44,9 @@ struct Checker {
   }
 
   void run() {
+    for (const auto& k : s.kernels) {
+      if (!kernel_ids.insert(k.id).second) fail("kernel " + std::to_string(k.id) + " declared twice");
+    }
     for (const auto& g : s.guards) {
       if (g.lhs.leaf >= 0) leaf(g.lhs.leaf, nullptr);
       if (g.rhs_is_field && g.rhs_field.leaf >= 0) leaf(g.rhs_field.leaf, nullptr);
@@ -73,6 +76,7 @@ struct Checker {
         case K::Launch:
           if (in.kind == K::Call && in.op.find("::") == std::string::npos) fail("operator name without namespace", &in);
           if (in.kind == K::Launch && in.grid.size() != 3) fail("launch grid needs three dimensions", &in);
+          if (in.kind == K::Launch && !kernel_ids.count(in.a)) fail("launch of undeclared kernel " + std::to_string(in.a), &in);
           for (const auto& o : in.grid) use(o, in);
           for (const auto& o : in.operands) use(o, in);
           for (int64_t r : in.results) define(values, r, in, '%');
@@ -107,7 +111,7 @@ int count_structure_leaves(const std::string& st) {
 }
 
 void verify(const Spec& s) {
-  Checker c{s, count_structure_leaves(s.structure), {}, {}, {}, {}};
+  Checker c{s, count_structure_leaves(s.structure), {}, {}, {}, {}, {}};
   c.run();
 }
 

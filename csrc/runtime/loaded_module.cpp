@@ -17,12 +17,19 @@ std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path) {
   if (mod->m_->abi_version != TRD_ABI_VERSION)
     throw ModuleLoadError(so_path + " was built for ABI " + std::to_string(mod->m_->abi_version) +
                           ", this runtime speaks " + std::to_string(TRD_ABI_VERSION));
-  mod->sites_.reserve(mod->m_->nsites);
+  for (int32_t k = 0; k < mod->m_->nkernels; ++k)
+    mod->kernels_.push_back(std::make_unique<KernelInfo>(ir::parse_kernel(mod->m_->kernels[k])));
   for (int32_t k = 0; k < mod->m_->nsites; ++k) {
     ir::Instr in = ir::parse_instr(mod->m_->sites[k]);
-    if (in.kind != ir::Instr::Kind::Call)
-      throw ModuleLoadError("site " + std::to_string(k) + " is not a call: launches need the CUDA runtime");
-    mod->sites_.push_back(resolve_site(in));
+    if (in.kind == ir::Instr::Kind::Launch) {
+      if (in.a < 0 || in.a >= static_cast<int64_t>(mod->kernels_.size()))
+        throw ModuleLoadError("site " + std::to_string(k) + " launches an undeclared kernel");
+      mod->launches_.push_back(resolve_launch(in, *mod->kernels_[in.a]));
+      mod->site_index_.push_back(-static_cast<int32_t>(mod->launches_.size()));
+    } else {
+      mod->sites_.push_back(resolve_site(in));
+      mod->site_index_.push_back(static_cast<int32_t>(mod->sites_.size() - 1));
+    }
   }
   for (int32_t s = 0; s < mod->m_->nspecs; ++s) mod->outputs_.push_back(ir::parse_operand(mod->m_->outputs[s]));
   return mod;

@@ -11,6 +11,7 @@
 #include "ir/ir.h"
 #include "runtime/aten_site.h"
 #include "runtime/frame.h"
+#include "runtime/triton_launch.h"
 
 namespace trident::runtime {
 
@@ -29,7 +30,11 @@ class LoadedModule {
   int32_t num_slots(int32_t spec) const { return m_->nslots[spec]; }
   int32_t num_out_ints(int32_t spec) const { return m_->nout_ints[spec]; }
   const ir::Operand& output_tree(int32_t spec) const { return outputs_[spec]; }
-  const AtenSite& site(int32_t k) const { return sites_[k]; }
+  // Call site k is ATen (aten_site(k) valid) or a Triton launch (launch_site(k) valid).
+  bool is_launch(int32_t k) const { return site_index_[k] < 0; }
+  const AtenSite& aten_site(int32_t k) const { return sites_[site_index_[k]]; }
+  const LaunchSite& launch_site(int32_t k) const { return launches_[-site_index_[k] - 1]; }
+  const KernelInfo& kernel(int32_t k) const { return *kernels_[k]; }
   const std::string& path() const { return path_; }
 
   // Runs the host program of `spec`. Returns false with f.error set when an op or launch failed.
@@ -39,6 +44,9 @@ class LoadedModule {
   std::string path_;
   const trd_module* m_ = nullptr;
   std::vector<AtenSite> sites_;
+  std::vector<LaunchSite> launches_;
+  std::vector<int32_t> site_index_;  // >= 0: index into sites_; < 0: -(index into launches_) - 1
+  std::vector<std::unique_ptr<KernelInfo>> kernels_;
   std::vector<ir::Operand> outputs_;
 };
 

@@ -9,7 +9,7 @@ namespace trident::runtime {
 namespace {
 
 int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
-  const AtenSite& s = f->module->site(site);
+  const AtenSite& s = f->module->aten_site(site);
   try {
     s.invoke(*f, dyn);
     return 0;
@@ -21,8 +21,16 @@ int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
   return 1;
 }
 
-int rt_launch(trd_frame* f, int32_t site, const uint32_t*, const int64_t*, const double*) {
-  f->error = "Triton launch sites are not supported by this module loader";
+int rt_launch(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* dyn, const double*) {
+  const LaunchSite& s = f->module->launch_site(site);
+  try {
+    s.launch(*f, f->module->kernel(s.kernel), grid, dyn);
+    return 0;
+  } catch (const c10::Error& e) {
+    f->error = "Triton kernel " + s.name + ": " + e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    f->error = "Triton kernel " + s.name + ": " + e.what();
+  }
   return 1;
 }
 

@@ -37,6 +37,24 @@ class _Leaf:
         self.index = index
 
 
+def _leaf_values(args: tuple, kwargs: dict) -> list:
+    """The leaf objects themselves, numbered as the native flattener numbers them."""
+    out = []
+
+    def walk(x):
+        if type(x) in (tuple, list):
+            for v in x:
+                walk(v)
+        else:
+            out.append(x)
+
+    for a in args:
+        walk(a)
+    for v in kwargs.values():
+        walk(v)
+    return out
+
+
 def _mark_leaves(args: tuple, kwargs: dict):
     """Replace every leaf by a _Leaf, in the order the native flattener numbers them
     (positional arguments, then keyword arguments in call order; tuples and lists recursively)."""
@@ -122,7 +140,23 @@ class CompiledFunction:
         self.scm.note_fallback()
         return self.fn(*args, **kwargs)
 
+    def lower_call(self, *args, **kwargs):
+        """Capture and lower for these arguments without compiling or installing anything: the
+        host IR a miss would add (an inspection aid, also used by tests on machines without a GPU)."""
+        structure, leaves = _C.describe_args(*args, **kwargs)
+        if structure is None:
+            raise UnsupportedError(leaves)
+        with self.lock:
+            return self._lower(args, kwargs, structure, leaves)
+
     def _compile(self, args, kwargs, structure: str, leaves: list[dict]):
+        lowered = self._lower(args, kwargs, structure, leaves)
+        self.scm.set_state([r.tensor for r in self.state])
+        self.scm.add_spec(lowered.text)
+        self.last_ops.append(lowered.ops)
+        self.kernels.extend(lowered.kernel_notes)
+
+    def _lower(self, args, kwargs, structure: str, leaves: list[dict]):
         margs, mkwargs = _mark_leaves(args, kwargs)
         if self.signature is not None:
             bound = self.signature.bind(*args, **kwargs)
@@ -149,10 +183,8 @@ class CompiledFunction:
             raise UnsupportedError(
                 f"{self.name}: export produced {n_user} user inputs for {len(leaf_of_input)} arguments; "
                 "argument structure not supported")
-        lowered = lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index)
-        self.scm.set_state([r.tensor for r in self.state])
-        self.scm.add_spec(lowered.text)
-        self.last_ops.append(lowered.ops)
+        return lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
+                     _leaf_values(args, kwargs))
 
     # ---- module state ----------------------------------------------------------------------
     def _state_index(self, ref: StateRef) -> int:
@@ -186,7 +218,9 @@ class CompiledFunction:
                 except AttributeError:
                     invalid = True
                     continue
-                if now is not ref.tensor or (now.dtype, now.shape, now.device) != ref.shape_key:
+                # Triton specializations may assume a state tensor's pointer is 16-byte aligned.
+                realigned = now.data_ptr() % 16 != ref.tensor.data_ptr() % 16
+                if now is not ref.tensor or (now.dtype, now.shape, now.device) != ref.shape_key or realigned:
                     ref.tensor = now
                     invalid = True
             if invalid:

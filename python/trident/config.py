@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# Where compiled modules are cached (read by the native toolchain too): TRIDENT_CACHE_DIR.
+# Where compiled modules and cubins are cached (read by the native toolchain too): TRIDENT_CACHE_DIR.
 # The C compiler for generated modules: TRIDENT_CC, else CC, else `cc`.
+# TRIDENT_TRITON_TARGET ("cuda:90"): compile Triton kernels for this target instead of the active
+#   GPU's; lets machines without a GPU capture and compile (tests, ahead-of-time builds).
 
 ON_MISS_POLICIES = ("compile", "error", "eager")
 
@@ -28,3 +30,20 @@ class Options:
             raise ValueError(f"on_miss must be one of {ON_MISS_POLICIES}, got {self.on_miss!r}")
         if not isinstance(self.max_specializations, int) or self.max_specializations < 1:
             raise ValueError(f"max_specializations must be a positive int, got {self.max_specializations!r}")
+
+
+def cache_dir() -> str:
+    """The cache directory the native toolchain uses (one definition, in C++)."""
+    from . import _C
+    return _C.cache_dir()
+
+
+def triton_target():
+    """The GPUTarget Triton kernels are compiled for: TRIDENT_TRITON_TARGET, else the active GPU."""
+    spec = os.environ.get("TRIDENT_TRITON_TARGET")
+    from triton.backends.compiler import GPUTarget
+    if spec:
+        backend, _, arch = spec.partition(":")
+        return GPUTarget(backend, int(arch), 32)
+    import triton
+    return triton.runtime.driver.active.get_current_target()

@@ -24,6 +24,8 @@ def explain(compiled, *args, **kwargs) -> str:
         else:
             for i, why in reasons:
                 lines.append(f"    spec {i}: {'all guards hold' if not why else 'fails ' + why}")
+    for name, cfg, grid, key in c.kernels:
+        lines.append(f"  triton kernel {name}: grid {grid}, autotune choice {cfg}, specialization {key}")
     lines.append("  specializations (host IR):")
     lines += ["    " + line for line in scm.ir().splitlines()]
     return "\n".join(lines)

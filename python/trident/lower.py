@@ -63,11 +63,20 @@ class Lowered:
     text: str                 # the spec, host IR text
     state: list[StateRef]     # state the spec refers to, in `state K` order of the caller's list
     ops: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)       # kernel declarations
+    guards: list[str] = field(default_factory=list)        # guards the body relies on (alignment)
+    kernel_notes: list[tuple] = field(default_factory=list)
 
 
 class _Lowerer:
-    def __init__(self, ep, structure: str, leaf_of_input: list[int | None], state_index):
+    def __init__(self, ep, structure: str, leaf_of_input: list[int | None], state_index,
+                 leaf_values: list | None = None):
         self.ep = ep
+        self.leaf_values = leaf_values or []
+        self.kernels: list[str] = []          # kernel declarations of the spec
+        self.kernel_notes: list[tuple] = []   # (name, chosen config kwargs, grid, cache key)
+        self.extra_guards: list[str] = []
+        self.bases: list[tuple] = []          # (fake, real tensor, leaf index or None) per input
         self.structure = structure
         self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
         self.state_index = state_index      # callable(StateRef) -> int
@@ -75,6 +84,47 @@ class _Lowerer:
         self.env: dict[fx.Node, object] = {}  # node -> "%N" | list["%N"] | python constant
         self.next_value = 0
         self.ops: list[str] = []
+
+    # -- facts about real inputs, for Triton specialization -------------------------------------
+    def real_base(self, fake):
+        found = self._base_of(fake)
+        return found[1] if found else None
+
+    def _base_of(self, fake):
+        sid = fake.untyped_storage()._cdata
+        for f, real, leaf in self.bases:
+            if f.untyped_storage()._cdata == sid:
+                return f, real, leaf
+        return None
+
+    def alignment(self, fake) -> bool:
+        """Whether a kernel may assume this tensor's data pointer is 16-byte aligned. Intermediates
+        come from the caching allocator (aligned storage); views of inputs are aligned only when the
+        input is and the view's offset keeps it so (then guard_alignment guards the input)."""
+        size = fake.element_size()
+        found = self._base_of(fake)
+        if found is None:
+            return (fake.storage_offset() * size) % 16 == 0
+        f, real, leaf = found
+        delta = (fake.storage_offset() - f.storage_offset()) * size
+        return real.data_ptr() % 16 == 0 and delta % 16 == 0
+
+    def guard_alignment(self, fake):
+        found = self._base_of(fake)
+        if found is not None and found[2] is not None:
+            g = f"guard L{found[2]}.data_ptr divby 16"
+            if g not in self.extra_guards:
+                self.extra_guards.append(g)
+
+    def add_kernel(self, ck, cubin_path: str) -> int:
+        kid = len(self.kernels)
+        ctypes = ",".join(p.ctype for p in ck.params if p.arg_index >= 0)
+        self.kernels.append(
+            f"kernel {kid} {_quote(ck.name)} {_quote(cubin_path)} {_quote(ctypes)} warps {ck.num_warps} "
+            f"ctas {ck.num_ctas} shared {ck.shared} gscratch {ck.global_scratch_size} {ck.global_scratch_align} "
+            f"pscratch {ck.profile_scratch_size} {ck.profile_scratch_align} pdl {int(bool(ck.launch_pdl))} "
+            f"coop {int(bool(ck.launch_cooperative_grid))}")
+        return kid
 
     def value(self) -> str:
         v = f"%{self.next_value}"
@@ -125,6 +175,10 @@ class _Lowerer:
     # -- nodes -----------------------------------------------------------------------------
     def call(self, node: fx.Node):
         op = node.target
+        if getattr(op, "__name__", "") == "triton_kernel_wrapper_functional":
+            from .triton_lower import TritonCall
+            TritonCall(self, node).lower()
+            return
         if not isinstance(op, torch._ops.OpOverload):
             self.fail(node, f"call to {getattr(op, '__name__', op)!r}, which is not an ATen operator")
         schema = op._schema
@@ -159,6 +213,9 @@ class _Lowerer:
     def getitem(self, node: fx.Node):
         src, idx = node.args
         vals = self.env[src]
+        if isinstance(vals, dict):  # a Triton kernel's written tensors, by parameter name
+            self.env[node] = vals[idx]
+            return
         if not isinstance(vals, list):
             self.fail(node, "indexing a value that is not a list of tensors")
         self.env[node] = vals[idx]
@@ -203,12 +260,16 @@ class _Lowerer:
                     v = self.value()
                     self.lines.append(f"{v} = arg {leaf}")
                     self.env[node] = v
+                    if leaf < len(self.leaf_values):
+                        self.bases.append((node.meta["val"], self.leaf_values[leaf], leaf))
                 else:
                     ref = self.state_ref(ispec)
                     v = self.value()
                     self.lines.append(f"{v} = state {self.state_index(ref)}")
                     state.append(ref)
                     self.env[node] = v
+                    if isinstance(node.meta.get("val"), torch.Tensor) and isinstance(ref.tensor, torch.Tensor):
+                        self.bases.append((node.meta["val"], ref.tensor, None))
             elif node.op == "call_function":
                 if node.target is operator.getitem:
                     self.getitem(node)
@@ -224,7 +285,7 @@ class _Lowerer:
                 self.lines.append(f"return {tree}")
             else:
                 self.fail(node, f"node kind {node.op}")
-        return Lowered("\n".join(self.lines), state, self.ops)
+        return Lowered("\n".join(self.lines), state, self.ops, self.kernels, self.extra_guards, self.kernel_notes)
 
     def state_ref(self, ispec) -> StateRef:
         kind = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
@@ -255,8 +316,10 @@ class _Lowerer:
             dst = self.env[target]
             if not isinstance(dst, str):
                 raise UnsupportedError(f"mutation of non-tensor input {s.target}")
-            self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
             written[o] = target
+            if self.operand(o, o) == dst:
+                continue  # already written in place (a Triton kernel given the input itself)
+            self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
         return written
 
 
@@ -287,11 +350,12 @@ def _keyset(raw: int) -> int:
 
 
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
-          state_index) -> Lowered:
-    """The full spec text: header, guards, body."""
-    body = _Lowerer(ep, structure, leaf_of_input, state_index).run()
+          state_index, leaf_values: list | None = None) -> Lowered:
+    """The full spec text: header, guards, kernels, body."""
+    body = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values).run()
     lines = [f"spec 0 structure {_quote(structure)} {{"]
-    lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode)]
+    lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode) + body.guards]
+    lines += ["  " + k for k in body.kernels]
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")
-    return Lowered("\n".join(lines) + "\n", body.state, body.ops)
+    return Lowered("\n".join(lines) + "\n", body.state, body.ops, body.kernels, body.guards, body.kernel_notes)

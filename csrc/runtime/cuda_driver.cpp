@@ -1,0 +1,67 @@
+#include "runtime/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <stdexcept>
+
+namespace trident::runtime::cuda {
+namespace {
+
+template <typename F>
+void bind(void* lib, F& slot, const char* name) {
+  void* p = dlsym(lib, name);
+  if (!p) throw std::runtime_error(std::string("libcuda.so.1 has no ") + name + ": driver too old");
+  slot = reinterpret_cast<F>(p);
+}
+
+Driver load() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) throw std::runtime_error(std::string("cannot load the CUDA driver (libcuda.so.1): ") + dlerror());
+  Driver d{};
+  bind(lib, d.Init, "cuInit");
+  bind(lib, d.GetErrorName, "cuGetErrorName");
+  bind(lib, d.GetErrorString, "cuGetErrorString");
+  bind(lib, d.DeviceGet, "cuDeviceGet");
+  bind(lib, d.DeviceGetAttribute, "cuDeviceGetAttribute");
+  bind(lib, d.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  bind(lib, d.CtxGetCurrent, "cuCtxGetCurrent");
+  bind(lib, d.CtxSetCurrent, "cuCtxSetCurrent");
+  bind(lib, d.ModuleLoadData, "cuModuleLoadData");
+  bind(lib, d.ModuleGetFunction, "cuModuleGetFunction");
+  bind(lib, d.FuncGetAttribute, "cuFuncGetAttribute");
+  bind(lib, d.FuncSetAttribute, "cuFuncSetAttribute");
+  bind(lib, d.FuncSetCacheConfig, "cuFuncSetCacheConfig");
+  bind(lib, d.LaunchKernelEx, "cuLaunchKernelEx");
+  CUresult r = d.Init(0);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("cuInit failed with CUDA error " + std::to_string(r));
+  return d;
+}
+
+}  // namespace
+
+const Driver& driver() {
+  static std::once_flag once;
+  static Driver d;
+  static std::string failure;
+  std::call_once(once, [] {
+    try {
+      d = load();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  if (!failure.empty()) throw std::runtime_error(failure);
+  return d;
+}
+
+void check(CUresult r, const std::string& what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* name = "unknown";
+  const char* desc = "";
+  driver().GetErrorName(r, &name);
+  driver().GetErrorString(r, &desc);
+  throw std::runtime_error(what + ": " + name + ": " + desc);
+}
+
+}  // namespace trident::runtime::cuda

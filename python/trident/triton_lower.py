@@ -1,0 +1,186 @@
+"""Lowering of user Triton kernels: `triton_kernel_wrapper_functional` nodes become a compiled kernel
+declaration and a native `launch` in the spec (see docs/host_ir.md).
+
+For each kernel call this picks the autotune config (benchmarking on the real device at compile
+time when there is more than one), applies heuristics, specializes exactly as Triton's JIT would
+(triton_specialize.py), compiles the cubin for the target, and records the guards the
+specialization relies on: a pointer is declared 16-byte aligned only when the call's tensor is, and
+then the spec guards that alignment. Functional clones are elided when the cloned tensor has no
+other use, so a kernel that writes its input in place (a KV cache) writes it in place natively.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import torch
+import torch.fx as fx
+
+from . import config
+from .errors import UnsupportedError
+from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel, unwrap_kernel
+
+
+def _side_table():
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    return kernel_side_table
+
+
+def _cubin_path(cubin: bytes) -> str:
+    d = os.path.join(config.cache_dir(), "cubins")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, hashlib.sha256(cubin).hexdigest()[:32] + ".cubin")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(cubin)
+        os.replace(tmp, path)
+    return path
+
+
+def _is_view(n: fx.Node) -> bool:
+    """Whether `n` may alias another value (a view op's result): writing it in place would be seen
+    through that other value, so it must be cloned."""
+    if n.op == "placeholder":
+        return False
+    target = n.target
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+class TritonCall:
+    """Lowers one kernel-wrapper node inside a spec's _Lowerer."""
+
+    def __init__(self, lw, node: fx.Node):
+        self.lw, self.node = lw, node
+        table = _side_table()
+        self.kernel = table.get_kernel(node.kwargs["kernel_idx"])
+        self.consts = dict(table.get_constant_args(node.kwargs["constant_args_idx"]))
+        try:
+            self.jit, self.autotuner, self.heuristics = unwrap_kernel(self.kernel)
+        except TypeError as e:
+            lw.fail(node, str(e))
+        self.name = self.jit.fn.__name__
+
+    def fail(self, what: str):
+        raise UnsupportedError(f"Triton kernel {self.name}: {what}")
+
+    # -- values -------------------------------------------------------------------------------
+    def _tensor_example(self, a: fx.Node) -> torch.Tensor:
+        """A real tensor shaped like `a` on its device, for autotuning and heuristics. Tensors that
+        share storage with a call argument start from a copy of that argument's data."""
+        fake = a.meta["val"]
+        base = self.lw.real_base(fake)
+        if base is not None:
+            t = torch.empty(0, dtype=fake.dtype, device=fake.device)
+            return t.set_(base.untyped_storage().clone(), fake.storage_offset(), fake.shape, fake.stride())
+        t = torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype, device=fake.device)
+        return t.normal_() if fake.dtype.is_floating_point else t.zero_()
+
+    def _aligned(self, a: fx.Node) -> bool:
+        fake = a.meta["val"]
+        return self.lw.alignment(fake)
+
+    # -- config -------------------------------------------------------------------------------
+    def _choose_config(self, args: dict, grids: list):
+        at = self.autotuner
+        if at is None:
+            return None, grids[0]
+        if len(at.configs) == 1:
+            return at.configs[0], grids[0]
+        devices = {v.meta["val"].device for v in args.values() if isinstance(v, fx.Node)}
+        if not any(d.type == "cuda" for d in devices) or not torch.cuda.is_available():
+            self.fail(f"autotuning over {len(at.configs)} configs needs the GPU it will run on")
+        real = {k: self._tensor_example(v) if isinstance(v, fx.Node) else v for k, v in args.items()}
+        configs = list(at.configs)
+
+        def grid_fn(meta):
+            for cfg, g in zip(configs, grids):
+                if all(meta.get(k) == v for k, v in cfg.kwargs.items()):
+                    return g
+            return grids[0]
+
+        self.kernel[grid_fn](**real)
+        torch.cuda.synchronize()
+        best = at.best_config
+        return best, grids[configs.index(best)]
+
+    # -- emission -----------------------------------------------------------------------------
+    def lower(self):
+        node, lw = self.node, self.lw
+        if node.kwargs.get("tma_descriptor_metadata"):
+            self.fail("host-side TMA descriptors are not supported yet")
+        names = list(self.jit.arg_names)
+        kwargs = dict(node.kwargs["kwargs"])
+        options = {k: v for k, v in self.consts.items() if k not in names}
+        args = {k: v for k, v in {**self.consts, **kwargs}.items() if k in names}
+        for k, v in args.items():
+            if isinstance(v, torch.SymInt) or (isinstance(v, fx.Node) and not isinstance(v.meta.get("val"), torch.Tensor)):
+                self.fail(f"argument '{k}' is a symbolic integer; dynamic kernel arguments are not lowered yet")
+        grids = [tuple(g) for g in node.kwargs["grid"]]
+        for g in grids:
+            if not all(isinstance(x, int) for x in g):
+                self.fail(f"grid {g} is symbolic; dynamic grids are not lowered yet")
+
+        cfg, grid = self._choose_config(args, grids)
+        if cfg is not None and cfg.pre_hook is not None:
+            self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
+        full = dict(args)
+        if cfg is not None:
+            full.update(cfg.kwargs)
+            options.update({k: v for k, v in cfg.all_kwargs().items() if k not in cfg.kwargs and v is not None})
+        if self.heuristics:
+            examples = {k: (v.meta["val"] if isinstance(v, fx.Node) else v) for k, v in full.items()}
+            for h in self.heuristics:
+                for name, fn in h.values.items():
+                    examples[name] = full[name] = fn(examples)
+
+        specs, pointer_guards = [], []
+        for name in names:
+            if name not in full:
+                continue  # Triton applies the parameter's default
+            v = full[name]
+            if isinstance(v, fx.Node):
+                aligned = self._aligned(v)
+                specs.append(ArgSpec(name, "tensor", dtype=v.meta["val"].dtype, aligned16=aligned))
+                if aligned:
+                    pointer_guards.append(v)
+            else:
+                specs.append(argspec_from_value(name, v))
+        ck = compile_kernel(self.jit, specs, config.triton_target(), options)
+        for v in pointer_guards:
+            lw.guard_alignment(v.meta["val"])
+
+        kid = lw.add_kernel(ck, _cubin_path(ck.cubin))
+        results = self._outputs(kwargs, node.kwargs.get("tensors_to_clone", []))
+        operands = []
+        for p in ck.params:
+            if p.arg_index < 0:
+                continue  # scratch pointers: appended by the runtime
+            v = full[names[p.arg_index]]
+            if isinstance(v, fx.Node):
+                operands.append(results.get(names[p.arg_index]) or lw.operand(node, v))
+            elif v is None:
+                operands.append("none")
+            else:
+                operands.append(lw.literal(node, v))
+        lw.lines.append(f"launch {kid} grid({', '.join(str(g) for g in grid)}) ({', '.join(operands)})")
+        lw.env[node] = {k: results.get(k) or lw.operand(node, v) for k, v in kwargs.items() if isinstance(v, fx.Node)}
+        lw.ops.append(f"triton:{self.name}")
+        lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), grid, ck.cache_key))
+
+    def _outputs(self, kwargs: dict, to_clone: list[str]) -> dict:
+        """Values the kernel writes: the tensor itself when nothing else reads it (in place, as
+        eager), else a clone, as the functional graph says."""
+        out = {}
+        for name in to_clone:
+            src = kwargs[name]
+            if len(src.users) == 1 and not _is_view(src):
+                out[name] = self.lw.operand(self.node, src)
+            else:
+                v = self.lw.value()
+                self.lw.lines.append(f"{v} = call \"aten::clone\" ({self.lw.operand(self.node, src)}, none)")
+                out[name] = v
+        return out

@@ -1,0 +1,133 @@
+"""User Triton kernels through capture, lowering and module build on a machine without a GPU:
+kernels compiled for an explicit sm_90 target (TRIDENT_TRITON_TARGET), with the launch parameters,
+dropped constexprs/ints equal to 1, alignment guards and in-place writes checked in the host IR.
+Running such a module needs CUDA tensors; on CPU tensors it must fail with a clear error."""
+import re
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+
+import trident
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def scale_inplace(x_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) * alpha, mask=m)
+
+
+def vector_add(x, y):
+    out = torch.empty_like(x)
+    n = x.numel()
+    add_kernel[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)
+    return out * 2
+
+
+def scale_then_add(x, y):
+    n = x.numel()
+    scale_inplace[(triton.cdiv(n, 128),)](x, n, 0.5, BLOCK=128)
+    return x + y
+
+
+class _FakeCudaDriver:
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def cpu_triton_capture(monkeypatch):
+    """Let Dynamo capture Triton kernels without a GPU (shared/TRITON.md section 3.5)."""
+    import torch.utils._triton as tu
+    monkeypatch.setattr(tu, "has_triton", lambda: True)
+    monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")
+    saved = triton.runtime.driver._active
+    triton.runtime.driver.set_active(_FakeCudaDriver())
+    yield
+    triton.runtime.driver._active = saved
+
+
+def _spec_text(fn, *args):
+    fast = trident.compile(fn)
+    return trident.controller(fast).lower_call(*args), fast
+
+
+def test_launch_params_and_alignment_guards():
+    x, y = torch.randn(4096), torch.randn(4096)
+    lowered, _ = _spec_text(vector_add, x, y)
+    text = lowered.text
+    (decl,) = [line for line in text.splitlines() if line.strip().startswith("kernel ")]
+    assert '"add_kernel"' in decl and '"ptr,ptr,ptr,i32"' in decl
+    assert re.search(r"warps 4 ctas 1 shared \d+ gscratch 0 1 pscratch 0 1 pdl 0 coop 0", decl)
+    # out = empty_like(x) has no other reader: the kernel writes it in place, no clone.
+    assert "aten::clone" not in text
+    assert re.search(r"launch 0 grid\(16, 1, 1\) \(%0, %1, %\d+, 4096\)", text), text
+    assert "guard L0.data_ptr divby 16" in text and "guard L1.data_ptr divby 16" in text
+    (name, cfg, grid, key) = lowered.kernel_notes[0]
+    assert name == "add_kernel" and grid == (16, 1, 1)
+    assert key.startswith("[('*fp32', 'D'), ('*fp32', 'D'), ('*fp32', 'D'), ('i32', 'D'), ('constexpr', 256)]")
+
+
+def test_int_equal_to_one_is_dropped_from_the_launch():
+    lowered, _ = _spec_text(vector_add, torch.randn(1), torch.randn(1))
+    assert '"ptr,ptr,ptr"' in lowered.text
+    assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, %1, %\d+\)\n", lowered.text)
+
+
+def test_misaligned_pointer_is_compiled_without_the_alignment_assumption():
+    base = torch.randn(4097)
+    x = base[1:]  # 4-byte offset: not 16-byte aligned
+    lowered, _ = _spec_text(vector_add, x, torch.randn(4096))
+    assert "guard L0.data_ptr divby 16" not in lowered.text
+    assert "guard L1.data_ptr divby 16" in lowered.text
+    assert lowered.kernel_notes[0][3].startswith("[('*fp32', ''), ('*fp32', 'D')")
+
+
+def test_kernel_writing_an_input_in_place_writes_it_natively():
+    x, y = torch.randn(1000), torch.randn(1000)
+    lowered, _ = _spec_text(scale_then_add, x, y)
+    text = lowered.text
+    assert '"ptr,i32,fp32"' in text                    # n=1000 not /16 but kept; alpha is fp32
+    assert re.search(r"launch 0 grid\(8, 1, 1\) \(%0, 1000, 0\.5\)", text), text
+    assert "aten::clone" not in text and "aten::copy_" not in text
+
+
+def test_compiled_module_on_cpu_tensors_fails_clearly_and_stays_usable():
+    fast = trident.compile(vector_add)
+    x, y = torch.randn(64), torch.randn(64)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="Triton kernel add_kernel: parameter 0 is not a CUDA tensor"):
+            fast(x, y)
+    c = trident.counters(fast)
+    assert (c["compiles"], c["specializations"]) == (1, 1)
+
+
+def test_int_argument_that_stops_being_divisible_by_16_misses():
+    fast = trident.compile(vector_add)
+    x, y = torch.randn(4096), torch.randn(4096)
+    with pytest.raises(RuntimeError):
+        fast(x, y)  # compiles the n=4096 ('i32', 'D') variant, then cannot run on CPU tensors
+    scm = trident.controller(fast).scm
+    assert scm.select(x, y) == 0
+    x2, y2 = torch.randn(4097), torch.randn(4097)
+    assert scm.select(x2, y2) == -1
+    assert any("size[0] == 4096" in why for _, why in scm.explain_call(x2, y2))

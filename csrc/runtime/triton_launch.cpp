@@ -38,14 +38,28 @@ std::string read_file(const std::string& path) {
   return s;
 }
 
+// The device's primary context (the one PyTorch's runtime uses), retained once per device.
+CUcontext primary_context(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, CUcontext> contexts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = contexts.find(device);
+  if (it != contexts.end()) return it->second;
+  const auto& d = cuda::driver();
+  CUdevice dev;
+  CUcontext ctx;
+  cuda::check(d.DeviceGet(&dev, device), "cuDeviceGet");
+  cuda::check(d.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  contexts[device] = ctx;
+  return ctx;
+}
+
 // Makes the device's primary context current for the scope of a launch, restoring the previous one.
+// On the usual path (PyTorch already made it current on this thread) this is one cuCtxGetCurrent.
 class ContextScope {
  public:
-  explicit ContextScope(int device) {
+  explicit ContextScope(int device) : ctx_(primary_context(device)) {
     const auto& d = cuda::driver();
-    CUdevice dev;
-    cuda::check(d.DeviceGet(&dev, device), "cuDeviceGet");
-    cuda::check(d.DevicePrimaryCtxRetain(&ctx_, dev), "cuDevicePrimaryCtxRetain");
     cuda::check(d.CtxGetCurrent(&prev_), "cuCtxGetCurrent");
     if (prev_ != ctx_) cuda::check(d.CtxSetCurrent(ctx_), "cuCtxSetCurrent");
   }

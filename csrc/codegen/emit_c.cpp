@@ -24,6 +24,8 @@ static inline int64_t trd_mod(int64_t a, int64_t b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 static inline int64_t trd_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t trd_gfloordiv(int64_t a, int64_t b) { return b == 0 ? 0 : trd_floordiv(a, b); }
+static inline int64_t trd_gmod(int64_t a, int64_t b) { return b == 0 ? 0 : trd_mod(a, b); }
 static inline int64_t trd_max(int64_t a, int64_t b) { return a > b ? a : b; }
 )C";
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "ir/expr.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
 
@@ -47,7 +48,7 @@ std::string field_expr(const Field& f) {
 std::string key(const Guard& g) { return ir::print_guard(g); }
 
 bool switchable(const Guard& g) {
-  return g.op == Guard::Op::Eq && !g.rhs_is_field && g.lhs.kind != Field::Kind::FloatValue;
+  return !g.expr && g.op == Guard::Op::Eq && !g.rhs_is_field && g.lhs.kind != Field::Kind::FloatValue;
 }
 
 struct Cand {
@@ -146,7 +147,37 @@ class Emitter {
 
 }  // namespace
 
+// C for a guard expression; floor division and modulo go through the safe helpers (0 on a zero
+// divisor) so that a guard can fail but never trap.
+std::string c_expr(const ir::Expr& e) {
+  using K = ir::Expr::Kind;
+  auto a = [&](int k) { return c_expr(*e.args[k]); };
+  switch (e.kind) {
+    case K::Int: return int_literal(e.value);
+    case K::Field: return "(int64_t)(" + field_expr(e.field) + ")";
+    case K::Neg: return "(-" + a(0) + ")";
+    case K::Not: return "(!" + a(0) + ")";
+    case K::Add: return "(" + a(0) + " + " + a(1) + ")";
+    case K::Sub: return "(" + a(0) + " - " + a(1) + ")";
+    case K::Mul: return "(" + a(0) + " * " + a(1) + ")";
+    case K::FloorDiv: return "trd_gfloordiv(" + a(0) + ", " + a(1) + ")";
+    case K::Mod: return "trd_gmod(" + a(0) + ", " + a(1) + ")";
+    case K::Eq: return "(" + a(0) + " == " + a(1) + ")";
+    case K::Ne: return "(" + a(0) + " != " + a(1) + ")";
+    case K::Lt: return "(" + a(0) + " < " + a(1) + ")";
+    case K::Le: return "(" + a(0) + " <= " + a(1) + ")";
+    case K::Gt: return "(" + a(0) + " > " + a(1) + ")";
+    case K::Ge: return "(" + a(0) + " >= " + a(1) + ")";
+    case K::And: return "(" + a(0) + " && " + a(1) + ")";
+    case K::Or: return "(" + a(0) + " || " + a(1) + ")";
+    case K::Max: return "trd_max(" + a(0) + ", " + a(1) + ")";
+    case K::Min: return "trd_min(" + a(0) + ", " + a(1) + ")";
+  }
+  return "0";
+}
+
 std::string guard_expr(const Guard& g) {
+  if (g.expr) return c_expr(*g.expr) + " != 0";
   std::string lhs = field_expr(g.lhs);
   if (g.lhs.kind == Field::Kind::FloatValue && !g.rhs_is_field) {
     if (std::isnan(g.rhs_float)) return "0";  // NaN equals nothing: always a (spurious) miss

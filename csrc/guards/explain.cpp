@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "ir/expr.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
 
@@ -30,8 +31,46 @@ int64_t read_field(const ir::Field& f, const trd_call& c) {
   }
 }
 
+namespace {
+
+int64_t floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+int64_t eval(const ir::Expr& e, const trd_call& c) {
+  using K = ir::Expr::Kind;
+  if (e.kind == K::Int) return e.value;
+  if (e.kind == K::Field) return read_field(e.field, c);
+  int64_t a = eval(*e.args[0], c);
+  if (e.kind == K::Neg) return -a;
+  if (e.kind == K::Not) return !a;
+  int64_t b = eval(*e.args[1], c);
+  switch (e.kind) {
+    case K::Add: return a + b;
+    case K::Sub: return a - b;
+    case K::Mul: return a * b;
+    case K::FloorDiv: return b == 0 ? 0 : floordiv(a, b);
+    case K::Mod: return b == 0 ? 0 : a - floordiv(a, b) * b;
+    case K::Eq: return a == b;
+    case K::Ne: return a != b;
+    case K::Lt: return a < b;
+    case K::Le: return a <= b;
+    case K::Gt: return a > b;
+    case K::Ge: return a >= b;
+    case K::And: return a && b;
+    case K::Or: return a || b;
+    case K::Max: return a > b ? a : b;
+    case K::Min: return a < b ? a : b;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
 bool check_guard(const ir::Guard& g, const trd_call& c) {
   using Op = ir::Guard::Op;
+  if (g.expr) return eval(*g.expr, c) != 0;
   if (g.lhs.kind == ir::Field::Kind::FloatValue && !g.rhs_is_field) {
     if (g.lhs.leaf >= c.nleaves) return false;
     double v = c.leaves[g.lhs.leaf].fval;
@@ -67,6 +106,7 @@ std::string first_failure(const ir::Spec& spec, const trd_call& c) {
            spec.structure + "\"";
   for (const auto& g : spec.guards) {
     if (check_guard(g, c)) continue;
+    if (g.expr) return ir::print_guard(g).substr(6) + " (false)";
     std::string actual = g.lhs.kind == ir::Field::Kind::FloatValue && g.lhs.leaf < c.nleaves
                              ? std::to_string(c.leaves[g.lhs.leaf].fval)
                              : std::to_string(read_field(g.lhs, c));

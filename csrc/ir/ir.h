@@ -57,8 +57,12 @@ struct Field {
   }
 };
 
-// An atomic guard: `field op rhs`, where rhs is a literal or another field.
+struct Expr;
+
+// An atomic guard: `field op rhs`, where rhs is a literal or another field; or, when `expr` is set,
+// an integer expression over fields that must be nonzero (ir/expr.h), for symbolic-shape relations.
 struct Guard {
+  std::shared_ptr<const Expr> expr;
   enum class Op : uint8_t { Eq, Ne, Ge, Le, Gt, Lt, DivisibleBy, NotDivisibleBy };
   Field lhs;
   Op op = Op::Eq;

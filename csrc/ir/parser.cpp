@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ir/expr.h"
 #include "ir/text.h"
 
 namespace trident::ir {
@@ -200,6 +201,10 @@ Field field(Lexer& lx) {
 
 Guard guard(Lexer& lx) {
   Guard g;
+  if (lx.accept("expr")) {
+    g.expr = parse_expr(lx.string());
+    return g;
+  }
   g.lhs = field(lx);
   bool found = false;
   // Longest spellings first so that ">=" is not read as ">".

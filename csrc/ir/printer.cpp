@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ir/expr.h"
 #include "ir/text.h"
 
 namespace trident::ir {
@@ -85,6 +86,7 @@ std::string print_operand(const Operand& o) {
 }
 
 std::string print_guard(const Guard& g) {
+  if (g.expr) return "guard expr " + quote(print_expr(*g.expr));
   std::string s = "guard " + print_field(g.lhs) + " " + guard_op_name(g.op) + " ";
   if (g.rhs_is_field) s += print_field(g.rhs_field);
   else if (g.lhs.kind == Field::Kind::FloatValue) s += print_float(g.rhs_float);

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "ir/expr.h"
 #include "ir/text.h"
 
 namespace trident::ir {
@@ -48,6 +49,13 @@ struct Checker {
       if (!kernel_ids.insert(k.id).second) fail("kernel " + std::to_string(k.id) + " declared twice");
     }
     for (const auto& g : s.guards) {
+      if (g.expr) {
+        std::vector<Field> fields;
+        expr_fields(*g.expr, fields);
+        for (const auto& f : fields)
+          if (f.leaf >= 0) leaf(f.leaf, nullptr);
+        continue;
+      }
       if (g.lhs.leaf >= 0) leaf(g.lhs.leaf, nullptr);
       if (g.rhs_is_field && g.rhs_field.leaf >= 0) leaf(g.rhs_field.leaf, nullptr);
     }

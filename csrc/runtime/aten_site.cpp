@@ -100,7 +100,9 @@ ArgPlan plan(const ir::Operand& o, const c10::Argument& arg, const std::string& 
     return p;
   }
   if (o.kind == K::Sym) {
-    p.kind = ArgPlan::Kind::Sym;
+    p.kind = t->kind() == c10::TypeKind::TensorType  ? ArgPlan::Kind::SymTensor
+             : t->kind() == c10::TypeKind::FloatType ? ArgPlan::Kind::SymFloat
+                                                     : ArgPlan::Kind::Sym;
     p.ref = o;
     return p;
   }
@@ -165,6 +167,13 @@ void AtenSite::invoke(trd_frame& f, const int64_t* dyn) const {
       case ArgPlan::Kind::Const: stack.push_back(p.constant); break;
       case ArgPlan::Kind::Tensor: stack.emplace_back(tensor_at(f, p.ref)); break;
       case ArgPlan::Kind::Sym: stack.emplace_back(dyn[p.ref.i]); break;
+      case ArgPlan::Kind::SymFloat: stack.emplace_back(static_cast<double>(dyn[p.ref.i])); break;
+      case ArgPlan::Kind::SymTensor: {
+        at::Tensor w = c10::scalar_to_tensor(c10::Scalar(dyn[p.ref.i]));
+        w.unsafeGetTensorImpl()->set_wrapped_number(true);
+        stack.emplace_back(std::move(w));
+        break;
+      }
       case ArgPlan::Kind::IntList: {
         c10::List<int64_t> l;
         l.reserve(p.items.size());

@@ -17,7 +17,11 @@ namespace trident::runtime {
 
 // An operand, planned against its schema type.
 struct ArgPlan {
-  enum class Kind : uint8_t { Const, Tensor, Sym, IntList, TensorList, OptTensorList };
+  enum class Kind : uint8_t {
+    Const, Tensor, Sym, IntList, TensorList, OptTensorList,
+    SymTensor,  // a runtime integer where the schema wants a Tensor: a 0-dim wrapped number
+    SymFloat,   // a runtime integer where the schema wants a float
+  };
   Kind kind = Kind::Const;
   c10::IValue constant;          // Const
   ir::Operand ref;               // Tensor: location (arg/state/slot); Sym: dyn index

@@ -20,19 +20,21 @@ __version__ = "0.1.0"
 _state.install_hooks()
 
 
-def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "compile"):
+def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "compile",
+            dynamic: bool | None = None):
     """Compile `fn` (a function or nn.Module) into a native callable.
 
     The result is called exactly like `fn`. Each new argument signature (structure, dtypes, devices,
     shapes, strides, Python scalar values, grad mode) is captured once with torch.export and added to
     the function's Specialization Cache Module; every later matching call runs in native code.
-    Usable as a decorator, with or without arguments."""
-    kw = {"on_miss": on_miss}
+    Sizes and ints that vary become symbolic (see trident.Options for `dynamic`, `on_miss` and
+    `max_specializations`). Usable as a decorator, with or without arguments."""
+    kw = {"on_miss": on_miss, "dynamic": dynamic}
     if max_specializations is not None:
         kw["max_specializations"] = max_specializations
     options = Options(**kw)
     if fn is None:
-        return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss)
+        return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss, dynamic=dynamic)
     if not callable(fn):
         raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
     return CompiledFunction(fn, options).scm

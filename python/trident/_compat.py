@@ -20,7 +20,13 @@ def treespec_is_leaf(spec: pytree.TreeSpec) -> bool:
     return spec.is_leaf()
 
 
-def export_program(module: torch.nn.Module, args: tuple, kwargs: dict) -> "torch.export.ExportedProgram":
+def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
+                   dynamic_shapes=None) -> "torch.export.ExportedProgram":
     """Dynamo-based capture to a functional ATen graph (torch.export, strict mode)."""
-    ep = torch.export.export(module, args, kwargs, strict=True)
+    ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
     return ep.run_decompositions({})
+
+
+def dim_auto():
+    """The export marker for "symbolic unless the trace specializes it"."""
+    return torch.export.Dim.AUTO

@@ -19,15 +19,17 @@ from .lower import StateRef, lower
 log = logging.getLogger("trident")
 
 
-class _FunctionModule(torch.nn.Module):
-    """Lets torch.export capture a plain function."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
+def _function_module(fn, npos: int, kwnames: list[str]) -> torch.nn.Module:
+    """Lets torch.export capture a plain function: a module whose forward has one named parameter
+    per argument (export's dynamic_shapes are keyed by those names; *args forwards break it)."""
+    params = [f"a{i}" for i in range(npos)]
+    sig = ", ".join(["self"] + params + (["*"] + kwnames if kwnames else []))
+    call = ", ".join(params + [f"{k}={k}" for k in kwnames])
+    ns: dict = {}
+    exec(f"def forward({sig}):\n    return self.fn({call})\n", ns)
+    module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
+    module.fn = fn
+    return module
 
 
 class _Leaf:
@@ -87,6 +89,10 @@ class CompiledFunction:
         self.kernels: list = []          # Triton kernels recorded by captures (explain)
         self.last_ops: list[list[str]] = []
         self._cap_logged = False
+        # Automatic dynamic: per argument structure, the first leaves seen and the dims/ints that
+        # have since varied: ("size", leaf, dim) or ("int", leaf).
+        self._first_seen: dict[str, list[dict]] = {}
+        self._dynamic: dict[str, set] = {}
         self._fallback_logged: set[str] = set()
         self.scm = _C.SCM(self._on_miss, self._on_state_change)
 
@@ -156,7 +162,37 @@ class CompiledFunction:
         self.last_ops.append(lowered.ops)
         self.kernels.extend(lowered.kernel_notes)
 
+    def _dynamic_marks(self, structure: str, leaves: list[dict]) -> set:
+        """Which sizes and ints to capture symbolically for this call (see Options.dynamic)."""
+        if self.options.dynamic is False:
+            return set()
+        marks = self._dynamic.setdefault(structure, set())
+        if self.options.dynamic is True:
+            for k, l in enumerate(leaves):
+                if l["kind"] == 1:
+                    marks |= {("size", k, d) for d in range(l["dim"])}
+                elif l["kind"] == 2:
+                    marks.add(("int", k))
+            return marks
+        first = self._first_seen.setdefault(structure, leaves)
+        for k, (a, b) in enumerate(zip(first, leaves)):
+            if a["kind"] == 1 and a["dim"] == b["dim"]:
+                marks |= {("size", k, d) for d in range(a["dim"]) if a["sizes"][d] != b["sizes"][d]}
+            elif a["kind"] == 2 and a["ival"] != b["ival"]:
+                marks.add(("int", k))
+        return marks
+
     def _lower(self, args, kwargs, structure: str, leaves: list[dict]):
+        marks = self._dynamic_marks(structure, leaves)
+        if marks:
+            try:
+                return self._lower_with(args, kwargs, structure, leaves, marks)
+            except UnsupportedError as e:
+                log.info("trident: %s: symbolic capture failed (%s); compiling a static specialization",
+                         self.name, e)
+        return self._lower_with(args, kwargs, structure, leaves, set())
+
+    def _lower_with(self, args, kwargs, structure: str, leaves: list[dict], marks: set):
         margs, mkwargs = _mark_leaves(args, kwargs)
         if self.signature is not None:
             bound = self.signature.bind(*args, **kwargs)
@@ -166,12 +202,31 @@ class CompiledFunction:
         else:
             ex_args, ex_kwargs, m_args, m_kwargs = args, kwargs, margs, mkwargs
         # export's user inputs are the pytree leaves of (args, kwargs), None included.
-        marks = pytree.tree_leaves((m_args, m_kwargs), is_leaf=lambda x: x is None)
+        marks_ = pytree.tree_leaves((m_args, m_kwargs), is_leaf=lambda x: x is None)
         values = pytree.tree_leaves((ex_args, ex_kwargs), is_leaf=lambda x: x is None)
-        leaf_of_input = [m.index if isinstance(v, torch.Tensor) else None for m, v in zip(marks, values)]
-        wrapper = self.module if self.module is not None else _FunctionModule(self.fn)
+        leaf_of_input = [m.index if isinstance(v, torch.Tensor) else (m.index,) if type(v) is int else None
+                         for m, v in zip(marks_, values)]
+        if self.module is not None:
+            wrapper, names = self.module, list(self.signature.bind(*ex_args, **ex_kwargs).arguments) \
+                if self.signature is not None else None
+        else:
+            wrapper = _function_module(self.fn, len(ex_args), list(ex_kwargs))
+            names = [f"a{i}" for i in range(len(ex_args))] + list(ex_kwargs)
+        dynamic_shapes = None
+        if marks and names is not None:
+            def spec(m):
+                if isinstance(m, _Leaf):
+                    dims = {d: _compat.dim_auto() for (kind, leaf, *rest) in marks
+                            for d in rest if kind == "size" and leaf == m.index}
+                    if ("int", m.index) in marks:
+                        return _compat.dim_auto()
+                    return dims or None
+                if isinstance(m, (tuple, list)):
+                    return type(m)(spec(x) for x in m)
+                return None
+            dynamic_shapes = dict(zip(names, [spec(m) for m in list(m_args) + list(m_kwargs.values())]))
         try:
-            ep = _compat.export_program(wrapper, ex_args, ex_kwargs)
+            ep = _compat.export_program(wrapper, ex_args, ex_kwargs, dynamic_shapes)
         except UnsupportedError:
             raise
         except Exception as e:  # capture failures name the construct; keep the original as cause

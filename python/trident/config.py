@@ -21,13 +21,19 @@ class Options:
         `on_miss` as if it were "eager" (or "error" when on_miss="error"), logged once.
     on_miss: "compile" (capture and add a specialization), "error" (raise MissPolicyError naming the
         failed guard), or "eager" (run the original function, counted as a fallback).
+    dynamic: None (automatic: a tensor size or Python int seen with two values becomes symbolic, as
+        torch.compile's automatic dynamic does), True (symbolic from the first call wherever the trace
+        allows), False (every size and int is a guard: one specialization per signature).
     """
     max_specializations: int = int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64"))
     on_miss: str = "compile"
+    dynamic: bool | None = None
 
     def __post_init__(self):
         if self.on_miss not in ON_MISS_POLICIES:
             raise ValueError(f"on_miss must be one of {ON_MISS_POLICIES}, got {self.on_miss!r}")
+        if self.dynamic not in (None, True, False):
+            raise ValueError(f"dynamic must be None, True or False, got {self.dynamic!r}")
         if not isinstance(self.max_specializations, int) or self.max_specializations < 1:
             raise ValueError(f"max_specializations must be a positive int, got {self.max_specializations!r}")
 

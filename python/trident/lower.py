@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import operator
+
+import sympy
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +22,14 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _compat
 from .errors import UnsupportedError
+from .symbolic import Symbols
+
+# Runtime assertion ops export inserts; the spec's guards already enforce what they check.
+_SKIPPED_OPS = {
+    getattr(getattr(torch.ops.aten, name, None), "default", None)
+    for name in ("_assert_scalar", "_assert_tensor_metadata", "sym_constrain_range_for_size",
+                 "sym_constrain_range", "_assert_async")
+} - {None}
 
 _LAYOUTS = {torch.strided: 0, torch.sparse_coo: 1, torch.sparse_csr: 2, torch.sparse_csc: 4}
 _MEMFMTS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
@@ -77,6 +87,9 @@ class _Lowerer:
         self.kernel_notes: list[tuple] = []   # (name, chosen config kwargs, grid, cache key)
         self.extra_guards: list[str] = []
         self.bases: list[tuple] = []          # (fake, real tensor, leaf index or None) per input
+        self.syms = Symbols()
+        self.fakes: dict[int, object] = {}    # leaf -> traced value (FakeTensor, SymInt, int)
+        self.next_sym = 0
         self.structure = structure
         self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
         self.state_index = state_index      # callable(StateRef) -> int
@@ -102,10 +115,14 @@ class _Lowerer:
         come from the caching allocator (aligned storage); views of inputs are aligned only when the
         input is and the view's offset keeps it so (then guard_alignment guards the input)."""
         size = fake.element_size()
+        if not isinstance(fake.storage_offset(), int):
+            return False  # a symbolic offset: assume nothing (always correct, maybe slower)
         found = self._base_of(fake)
         if found is None:
             return (fake.storage_offset() * size) % 16 == 0
         f, real, leaf = found
+        if not isinstance(f.storage_offset(), int):
+            return False
         delta = (fake.storage_offset() - f.storage_offset()) * size
         return real.data_ptr() % 16 == 0 and delta % 16 == 0
 
@@ -126,6 +143,41 @@ class _Lowerer:
             f"coop {int(bool(ck.launch_cooperative_grid))}")
         return kid
 
+    def new_sym(self) -> str:
+        v = f"${self.next_sym}"
+        self.next_sym += 1
+        return v
+
+    def sym_operand(self, v) -> str:
+        """An integer operand: a literal, or `$k` computed natively from the symbols."""
+        if isinstance(v, torch.SymInt):
+            expr = v.node.expr
+            if expr.is_number:
+                return str(int(expr))
+            return self.syms.emit(expr, self.lines, self.new_sym)
+        return str(int(v))
+
+    def bind_symbols(self, leaf: int, node: fx.Node, val):
+        """Symbols first seen in this argument are defined from its fields."""
+        if isinstance(val, torch.SymInt):
+            expr = val.node.expr
+            self.syms.shape_env = val.node.shape_env
+            if isinstance(expr, sympy.Symbol) and expr not in self.syms.field:
+                v = self.new_sym()
+                self.lines.append(f"{v} = int {leaf}")
+                self.syms.bind(expr, f"L{leaf}.ival", None, v)
+            return
+        if not isinstance(val, torch.Tensor):
+            return
+        for d, size in enumerate(val.shape):
+            if isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                self.syms.shape_env = size.node.shape_env
+                if isinstance(expr, sympy.Symbol) and expr not in self.syms.field:
+                    v = self.new_sym()
+                    self.lines.append(f"{v} = size {self.env[node]}, {d}")
+                    self.syms.bind(expr, f"L{leaf}.size[{d}]", None, v)
+
     def value(self) -> str:
         v = f"%{self.next_value}"
         self.next_value += 1
@@ -138,6 +190,8 @@ class _Lowerer:
     def operand(self, node: fx.Node, a) -> str:
         if isinstance(a, fx.Node):
             v = self.env[a]
+            if isinstance(v, torch.SymInt):
+                return self.sym_operand(v)
             if isinstance(v, str):
                 return v
             return self.literal(node, v)
@@ -169,12 +223,23 @@ class _Lowerer:
         if isinstance(a, (list, tuple)):
             return "[" + ", ".join(self.operand(node, x) for x in a) + "]"
         if isinstance(a, torch.SymInt):
-            self.fail(node, "symbolic integer operands (dynamic shapes) are not lowered yet")
+            return self.sym_operand(a)
         self.fail(node, f"argument of type {type(a).__name__}")
 
     # -- nodes -----------------------------------------------------------------------------
     def call(self, node: fx.Node):
         op = node.target
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)) or (
+                isinstance(val, (int, float, bool)) and not isinstance(op, torch._ops.OpOverload)):
+            # Shape arithmetic (sym_size, operator.add, ...): computed natively where it is used.
+            if isinstance(val, (torch.SymBool, torch.SymFloat)):
+                self.fail(node, "symbolic bool/float values are not supported")
+            self.env[node] = val
+            return
+        if op in _SKIPPED_OPS:
+            self.env[node] = None  # runtime asserts: the guards already enforce them
+            return
         if getattr(op, "__name__", "") == "triton_kernel_wrapper_functional":
             from .triton_lower import TritonCall
             TritonCall(self, node).lower()
@@ -257,9 +322,20 @@ class _Lowerer:
                     if leaf is None:
                         self.env[node] = ispec.arg.value if hasattr(ispec.arg, "value") else node.meta.get("val")
                         continue
+                    if isinstance(leaf, tuple):  # a Python int: (leaf,)
+                        val = node.meta.get("val")
+                        if isinstance(val, torch.SymInt):  # kept symbolic by the trace
+                            self.fakes[leaf[0]] = val
+                            self.bind_symbols(leaf[0], node, val)
+                            self.env[node] = val
+                        else:
+                            self.env[node] = ispec.arg.value if hasattr(ispec.arg, "value") else val
+                        continue
                     v = self.value()
                     self.lines.append(f"{v} = arg {leaf}")
                     self.env[node] = v
+                    self.fakes[leaf] = node.meta.get("val")
+                    self.bind_symbols(leaf, node, node.meta.get("val"))
                     if leaf < len(self.leaf_values):
                         self.bases.append((node.meta["val"], self.leaf_values[leaf], leaf))
                 else:
@@ -323,24 +399,47 @@ class _Lowerer:
         return written
 
 
-def guard_lines(structure: str, leaves: list[dict], grad_mode: bool) -> list[str]:
-    """Guards for a static specialization: every property of every leaf the trace depended on.
+def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict | None = None,
+                syms=None) -> list[str]:
+    """Guards for a specialization: every property of every leaf the trace depended on.
 
     Tensors: kind, dtype, device, rank, requires_grad, dispatch keys, each size and stride.
-    Python scalars: their value (the trace baked it in). None leaves: fixed by the structure."""
+    Python scalars: their value (the trace baked it in). None leaves: fixed by the structure.
+    With `fakes` (leaf -> traced value) and `syms`, sizes, strides and ints the trace kept symbolic
+    are guarded by their symbolic expression instead of their current value."""
+    fakes = fakes or {}
     out = [f"guard grad_mode == {int(grad_mode)}"]
+
+    def dim_guard(k, what, d, concrete, traced):
+        field = f"L{k}.{what}[{d}]"
+        if not isinstance(traced, torch.SymInt) or syms is None:
+            return [f"guard {field} == {concrete}"]
+        expr = traced.node.expr
+        if syms.field.get(expr) == field:
+            return []  # this field defines the symbol: ranges come with the ShapeEnv guards
+        return [f'guard expr "{field} == {syms.guard_text(expr)}"']
+
     for k, l in enumerate(leaves):
         out.append(f"guard L{k}.kind == {l['kind']}")
+        fake = fakes.get(k)
         if l["kind"] == 1:
             out += [f"guard L{k}.dtype == {l['dtype']}", f"guard L{k}.device_type == {l['device_type']}",
                     f"guard L{k}.device_index == {l['device_index']}", f"guard L{k}.dim == {l['dim']}",
                     f"guard L{k}.flags == {l['flags']}", f"guard L{k}.keyset == {_keyset(l['keyset'])}"]
-            out += [f"guard L{k}.size[{d}] == {s}" for d, s in enumerate(l["sizes"])]
-            out += [f"guard L{k}.stride[{d}] == {s}" for d, s in enumerate(l["strides"])]
+            tsizes = fake.shape if isinstance(fake, torch.Tensor) else l["sizes"]
+            tstrides = fake.stride() if isinstance(fake, torch.Tensor) else l["strides"]
+            for d, v in enumerate(l["sizes"]):
+                out += dim_guard(k, "size", d, v, tsizes[d])
+            for d, v in enumerate(l["strides"]):
+                out += dim_guard(k, "stride", d, v, tstrides[d])
         elif l["kind"] in (2, 4):
+            if isinstance(fake, torch.SymInt) and syms is not None:
+                continue  # symbolic: its ShapeEnv guards and range apply instead of the value
             out.append(f"guard L{k}.ival == {l['ival']}")
         elif l["kind"] == 3:
             out.append(f"guard L{k}.fval == {_float(l['fval'])}")
+    if syms is not None:
+        out += syms.guards()
     return out
 
 
@@ -352,9 +451,10 @@ def _keyset(raw: int) -> int:
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
           state_index, leaf_values: list | None = None) -> Lowered:
     """The full spec text: header, guards, kernels, body."""
-    body = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values).run()
+    lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values)
+    body = lw.run()
     lines = [f"spec 0 structure {_quote(structure)} {{"]
-    lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode) + body.guards]
+    lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards]
     lines += ["  " + k for k in body.kernels]
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")

@@ -324,6 +324,9 @@ class _Lowerer:
                         continue
                     if isinstance(leaf, tuple):  # a Python int: (leaf,)
                         val = node.meta.get("val")
+                        if isinstance(val, torch.SymInt) and val.node.expr.is_number:
+                            val = int(val.node.expr)  # specialized by the trace after all
+                            self.fakes[leaf[0]] = node.meta.get("val")
                         if isinstance(val, torch.SymInt):  # kept symbolic by the trace
                             self.fakes[leaf[0]] = val
                             self.bind_symbols(leaf[0], node, val)
@@ -411,7 +414,7 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
     out = [f"guard grad_mode == {int(grad_mode)}"]
 
     def dim_guard(k, what, d, concrete, traced):
-        field = f"L{k}.{what}[{d}]"
+        field = f"L{k}.{what}" + ("" if d is None else f"[{d}]")
         if not isinstance(traced, torch.SymInt) or syms is None:
             return [f"guard {field} == {concrete}"]
         expr = traced.node.expr
@@ -434,7 +437,10 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
                 out += dim_guard(k, "stride", d, v, tstrides[d])
         elif l["kind"] in (2, 4):
             if isinstance(fake, torch.SymInt) and syms is not None:
-                continue  # symbolic: its ShapeEnv guards and range apply instead of the value
+                # Kept symbolic: its ShapeEnv guards and range apply instead of the value. A SymInt
+                # the trace specialized (its expression is now a number) is guarded like a constant.
+                out += dim_guard(k, "ival", None, l["ival"], fake)
+                continue
             out.append(f"guard L{k}.ival == {l['ival']}")
         elif l["kind"] == 3:
             out.append(f"guard L{k}.fval == {_float(l['fval'])}")

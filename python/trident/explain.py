@@ -5,7 +5,14 @@ from __future__ import annotations
 def explain(compiled, *args, **kwargs) -> str:
     """A report: counters, the generated source, every specialization with its guards and program.
     With arguments, also which specialization those arguments select, or which guard each rejects."""
-    from . import controller
+    from . import _C, controller
+    if not isinstance(compiled, _C.SCM):
+        # A torch.compile(..., backend="trident") result: explain every graph the backend compiled.
+        from .backend import GRAPHS
+        if not GRAPHS:
+            raise TypeError(f"{type(compiled).__name__} is not a trident-compiled function and the "
+                            "trident backend has compiled no graph yet")
+        return "\n".join(explain(g.scm) for g in GRAPHS)
     c = controller(compiled)
     scm = c.scm
     n = scm.counters()

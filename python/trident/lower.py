@@ -349,6 +349,17 @@ class _Lowerer:
                     self.env[node] = v
                     if isinstance(node.meta.get("val"), torch.Tensor) and isinstance(ref.tensor, torch.Tensor):
                         self.bases.append((node.meta["val"], ref.tensor, None))
+            elif node.op == "get_attr":  # a constant tensor held by the graph module
+                tensor = self.ep.graph_module
+                for part in node.target.split("."):
+                    tensor = getattr(tensor, part)
+                if not isinstance(tensor, torch.Tensor):
+                    self.fail(node, f"attribute of type {type(tensor).__name__}")
+                ref = StateRef("constant", node.target, tensor)
+                v = self.value()
+                self.lines.append(f"{v} = state {self.state_index(ref)}")
+                state.append(ref)
+                self.env[node] = v
             elif node.op == "call_function":
                 if node.target is operator.getitem:
                     self.getitem(node)

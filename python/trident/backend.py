@@ -1,0 +1,101 @@
+"""torch.compile(model, backend="trident"): each graph Dynamo produces goes through AOTAutograd to a
+functional ATen graph and becomes its own Specialization Cache Module, lowered exactly as
+trident.compile lowers an exported program (ATen calls and user Triton kernels, natively).
+
+Registered through the `torch_dynamo_backends` entry point (pyproject.toml), so the string
+"trident" works without importing trident first.
+
+Inference is the supported mode. A graph whose inputs require grad while grad mode is on runs the
+Dynamo graph as is (eager ATen, correct gradients), logged once per process.
+"""
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch.export.graph_signature import (ConstantArgument, InputKind, InputSpec, OutputKind, OutputSpec,
+                                          SymIntArgument, TensorArgument)
+
+from .compiled import CompiledFunction
+from .config import Options
+from .lower import lower
+
+log = logging.getLogger("trident")
+
+# Controllers of every graph the backend compiled in this process, for trident.explain.
+GRAPHS: list["GraphFunction"] = []
+_autograd_logged = False
+
+
+def _program(gm: fx.GraphModule):
+    """The fields of an ExportedProgram the lowering reads, for an AOTAutograd forward graph:
+    every placeholder is a user input, every output a user output of a flat tuple."""
+    inputs = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        val = n.meta.get("val")
+        arg = (TensorArgument(name=n.name) if isinstance(val, torch.Tensor) else
+               SymIntArgument(name=n.name) if isinstance(val, torch.SymInt) else
+               ConstantArgument(name=n.name, value=val))
+        inputs.append(InputSpec(kind=InputKind.USER_INPUT, arg=arg, target=None))
+    (out_node,) = [n for n in gm.graph.nodes if n.op == "output"]
+    outs = list(out_node.args[0])
+    outputs = [OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=f"out{i}"), target=None)
+               for i in range(len(outs))]
+    out_spec = pytree.tree_flatten(tuple(range(len(outs))))[1]
+    return SimpleNamespace(graph=gm.graph, graph_module=gm, constants={}, state_dict={},
+                           graph_signature=SimpleNamespace(input_specs=inputs, output_specs=outputs),
+                           call_spec=SimpleNamespace(out_spec=out_spec))
+
+
+class GraphFunction(CompiledFunction):
+    """A controller whose capture is already done: the AOT forward graph. A miss (new sizes where
+    the graph is symbolic, a new alignment) only re-lowers the graph with the call's guards."""
+
+    def __init__(self, gm: fx.GraphModule, options: Options, name: str):
+        super().__init__(gm, options)
+        self.gm = gm
+        self.name = name
+        self.signature = None
+        self.module = None
+
+    def _lower(self, args, kwargs, structure, leaves):
+        leaf_of_input = [i if isinstance(a, torch.Tensor) else (i,) if type(a) is int else None
+                         for i, a in enumerate(args)]
+        return lower(_program(self.gm), structure, leaves, leaf_of_input, torch.is_grad_enabled(),
+                     self._state_index, list(args))
+
+
+def _needs_autograd(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+
+
+def trident_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None):
+    """The Dynamo backend. `options` takes the keyword arguments of trident.compile."""
+    global _autograd_logged
+    opts = Options(**(options or {}))
+    if _needs_autograd(example_inputs):
+        if not _autograd_logged:
+            _autograd_logged = True
+            log.warning("trident backend: a graph needs autograd (inputs require grad under grad mode); "
+                        "running it through PyTorch unchanged. Use torch.no_grad() or "
+                        "torch.inference_mode() for native execution.")
+        return gm.forward
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    def fw_compiler(fw_gm: fx.GraphModule, fw_inputs):
+        ctl = GraphFunction(fw_gm, opts, f"graph {len(GRAPHS)}")
+        GRAPHS.append(ctl)
+        scm = ctl.scm
+
+        def run(*args):
+            return scm(*args)
+
+        return make_boxed_func(run)
+
+    return aot_autograd(fw_compiler=fw_compiler, keep_inference_input_mutations=True)(gm, example_inputs)

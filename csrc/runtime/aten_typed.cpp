@@ -5,11 +5,14 @@
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
+#include <ATen/ops/empty_like_ops.h>
+#include <ATen/ops/empty_ops.h>
 #include <ATen/ops/mm_ops.h>
 #include <ATen/ops/mul_ops.h>
 #include <ATen/ops/view_ops.h>
 
 #include <cstring>
+#include <optional>
 
 #include "runtime/aten_site.h"
 
@@ -17,6 +20,14 @@ namespace trident::runtime {
 namespace {
 
 using P = ArgPlan::Kind;
+
+bool plans_are_from(const AtenSite& s, size_t first, std::initializer_list<P> kinds) {
+  if (s.args.size() != first + kinds.size()) return false;
+  size_t k = first;
+  for (P want : kinds)
+    if (s.args[k++].kind != want) return false;
+  return true;
+}
 
 bool plans_are(const AtenSite& s, std::initializer_list<P> kinds) {
   if (s.args.size() != kinds.size()) return false;
@@ -50,6 +61,37 @@ void view_const(const AtenSite& s, trd_frame& f, const int64_t*) {
   s.set_result(f, 0, at::_ops::view::call(s.tensor(f, 0), sym));
 }
 
+template <typename T>
+std::optional<T> opt_enum(const c10::IValue& v) {
+  return v.isNone() ? std::nullopt : std::optional<T>(static_cast<T>(v.toInt()));
+}
+std::optional<c10::Device> opt_device(const c10::IValue& v) {
+  return v.isNone() ? std::nullopt : std::optional<c10::Device>(v.toDevice());
+}
+std::optional<bool> opt_bool(const c10::IValue& v) {
+  return v.isNone() ? std::nullopt : std::optional<bool>(v.toBool());
+}
+
+// Allocation before a Triton kernel is the commonest op of all: skip the boxed path for it.
+void empty_like(const AtenSite& s, trd_frame& f, const int64_t*) {
+  const auto& a = s.args;
+  s.set_result(f, 0, at::_ops::empty_like::call(s.tensor(f, 0), opt_enum<at::ScalarType>(a[1].constant),
+                                                opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
+                                                opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant)));
+}
+void empty_memory_format(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
+  const auto& a = s.args;
+  c10::SmallVector<c10::SymInt, 6> sizes;
+  if (a[0].kind == P::Const) {
+    for (int64_t v : a[0].constant.toIntList()) sizes.emplace_back(v);
+  } else {
+    for (const auto& it : a[0].items) sizes.emplace_back(it.kind == ir::Operand::Kind::Sym ? dyn[it.i] : it.i);
+  }
+  s.set_result(f, 0, at::_ops::empty_memory_format::call(sizes, opt_enum<at::ScalarType>(a[1].constant),
+                                                         opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
+                                                         opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant)));
+}
+
 }  // namespace
 
 TypedFn find_typed(const AtenSite& site) {
@@ -60,6 +102,12 @@ TypedFn find_typed(const AtenSite& site) {
   if (n == "aten::add.Tensor" && plans_are(site, {P::Tensor, P::Tensor, P::Const})) return add_tensor;
   if (n == "aten::mul.Tensor" && plans_are(site, {P::Tensor, P::Tensor})) return mul_tensor;
   if (n == "aten::view" && plans_are(site, {P::Tensor, P::Const})) return view_const;
+  if (n == "aten::empty_like" && plans_are(site, {P::Tensor, P::Const, P::Const, P::Const, P::Const, P::Const}))
+    return empty_like;
+  if (n == "aten::empty.memory_format" && site.args.size() == 6 &&
+      (site.args[0].kind == P::Const || site.args[0].kind == P::IntList) &&
+      plans_are_from(site, 1, {P::Const, P::Const, P::Const, P::Const, P::Const}))
+    return empty_memory_format;
   return nullptr;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "ir/text.h"
@@ -203,7 +204,9 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
   const c10::Device cuda_device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
   if ((uint64_t)grid[0] * grid[1] * grid[2] == 0) return;  // Triton skips empty grids too
 
-  c10::DeviceGuard device_guard(cuda_device);
+  // Switch devices only when the kernel's device is not already current (the common case is free).
+  std::optional<c10::DeviceGuard> device_guard;
+  if (impl->getDevice() != cuda_device) device_guard.emplace(cuda_device);
   CUstream stream = static_cast<CUstream>(impl->getStream(cuda_device).native_handle());
   // Scratch buffers live until the launch is queued: the caching allocator orders their reuse after
   // this stream's work, exactly as Triton's launcher dropping its buffer after the launch.

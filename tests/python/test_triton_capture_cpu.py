@@ -8,7 +8,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
+from fake_cuda import FakeCudaDriver
 
 import trident
 
@@ -40,20 +40,6 @@ def scale_then_add(x, y):
     return x + y
 
 
-class _FakeCudaDriver:
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
-
-    def get_active_torch_device(self):
-        return torch.device("cpu")
-
-
 @pytest.fixture(autouse=True)
 def cpu_triton_capture(monkeypatch):
     """Let Dynamo capture Triton kernels without a GPU (shared/TRITON.md section 3.5)."""
@@ -61,7 +47,7 @@ def cpu_triton_capture(monkeypatch):
     monkeypatch.setattr(tu, "has_triton", lambda: True)
     monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")
     saved = triton.runtime.driver._active
-    triton.runtime.driver.set_active(_FakeCudaDriver())
+    triton.runtime.driver.set_active(FakeCudaDriver())
     yield
     triton.runtime.driver._active = saved
 

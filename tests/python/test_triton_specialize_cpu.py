@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_cuda import FakeCudaDriver
 import torch
 import triton
 import triton.language as tl
@@ -43,17 +44,6 @@ SCRATCH = [KernelParam("global_scratch", "ptr", -1), KernelParam("profile_scratc
 C_DECL = {"ptr": "CUdeviceptr", "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "u16": "uint16_t",
           "i32": "int32_t", "u32": "uint32_t", "i64": "int64_t", "u64": "uint64_t",
           "fp16": "uint16_t", "bf16": "uint16_t", "fp32": "uint32_t", "fp64": "uint64_t"}
-
-
-class FakeCudaDriver:
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
 
 
 class FakeTensor:

@@ -24,8 +24,14 @@ static inline int64_t trd_mod(int64_t a, int64_t b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 static inline int64_t trd_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t trd_gfloordiv(int64_t a, int64_t b) { return b == 0 ? 0 : trd_floordiv(a, b); }
-static inline int64_t trd_gmod(int64_t a, int64_t b) { return b == 0 ? 0 : trd_mod(a, b); }
+/* Guard helpers never trap: a zero divisor makes the guard fail, and -1 is answered without the
+   INT64_MIN / -1 overflow. */
+static inline int64_t trd_gfloordiv(int64_t a, int64_t b) {
+  return b == 0 ? 0 : b == -1 ? (int64_t)(0 - (uint64_t)a) : trd_floordiv(a, b);
+}
+static inline int64_t trd_gmod(int64_t a, int64_t b) { return b == 0 || b == -1 ? 0 : trd_mod(a, b); }
+static inline int trd_divisible(int64_t a, int64_t b) { return b != 0 && (b == -1 || a % b == 0); }
+static inline int trd_not_divisible(int64_t a, int64_t b) { return b != 0 && b != -1 && a % b != 0; }
 static inline int64_t trd_max(int64_t a, int64_t b) { return a > b ? a : b; }
 )C";
 

@@ -99,22 +99,50 @@ class Emitter {
       reduced.guards.erase(reduced.guards.begin() + (it - c.guards.begin()));
       branches[v].push_back(std::move(reduced));
     }
-    line(depth, "switch (" + field_expr(split) + ") {");
-    for (auto& [v, members] : branches) {
-      // Unconstrained candidates stay possible on every branch; keep spec order for lowest-id-wins.
-      members.insert(members.end(), unconstrained.begin(), unconstrained.end());
-      std::sort(members.begin(), members.end(), [](const Cand& a, const Cand& b) { return a.id < b.id; });
-      line(depth + 1, "case " + int_literal(v) + ": {");
-      tree(members, depth + 2);
-      line(depth + 1, "}");
+    // The switch value is widened to int64 so every case label compares exactly (an int32 field
+    // switched with an int64 label would otherwise be truncated into a false match).
+    std::string on = "switch ((int64_t)(" + field_expr(split) + ")) {";
+    if (unconstrained.empty()) {
+      line(depth, on);
+      for (auto& [v, members] : branches) {
+        line(depth + 1, "case " + int_literal(v) + ": {");
+        tree(members, depth + 2);
+        line(depth + 1, "}");
+      }
+      line(depth + 1, "default: return -1;");
+      line(depth, "}");
+      return;
     }
-    line(depth + 1, "default: {");
-    tree(unconstrained, depth + 2);
-    line(depth + 1, "}");
+    // Candidates that do not constrain the split field could match on any branch. Rather than copy
+    // them into every branch (code size exponential in the number of splits), the branch and the
+    // unconstrained group are decided by separate functions, and the lower id wins.
+    line(depth, "int32_t r = -1;");
+    line(depth, on);
+    for (auto& [v, members] : branches)
+      line(depth + 1, "case " + int_literal(v) + ": r = " + function_for(members) + "(c); break;");
+    line(depth + 1, "default: break;");
     line(depth, "}");
+    line(depth, "const int32_t u = " + function_for(unconstrained) + "(c);");
+    line(depth, "return (r >= 0 && (u < 0 || r < u)) ? r : u;");
   }
 
+  std::string functions;  // helper functions, each defined before its first use
+
  private:
+  int next_function_ = 0;
+
+  std::string function_for(const std::vector<Cand>& cands) {
+    std::string name = "trd_select_" + std::to_string(next_function_++);
+    std::string saved;
+    saved.swap(out);
+    line(0, "static int32_t " + name + "(const trd_call* c) {");
+    tree(cands, 1);
+    line(0, "}");
+    functions += out;
+    out.swap(saved);
+    return name;
+  }
+
   void hoist_common(std::vector<Cand>& cands, int depth) {
     std::map<std::string, int> count;
     for (const auto& c : cands) {
@@ -180,13 +208,15 @@ std::string guard_expr(const Guard& g) {
   if (g.expr) return c_expr(*g.expr) + " != 0";
   std::string lhs = field_expr(g.lhs);
   if (g.lhs.kind == Field::Kind::FloatValue && !g.rhs_is_field) {
-    if (std::isnan(g.rhs_float)) return "0";  // NaN equals nothing: always a (spurious) miss
+    // Every comparison with NaN is false except !=, as in C and Python.
+    if (std::isnan(g.rhs_float)) return g.op == Guard::Op::Ne ? "1" : "0";
     return lhs + " " + ir::guard_op_name(g.op) + " " + float_literal(g.rhs_float);
   }
   std::string rhs = g.rhs_is_field ? field_expr(g.rhs_field) : int_literal(g.rhs_int);
   switch (g.op) {
-    case Guard::Op::DivisibleBy: return "(" + lhs + " % " + rhs + ") == 0";
-    case Guard::Op::NotDivisibleBy: return "(" + lhs + " % " + rhs + ") != 0";
+    // Through helpers that never trap (divisor 0, INT64_MIN % -1).
+    case Guard::Op::DivisibleBy: return "trd_divisible(" + lhs + ", " + rhs + ")";
+    case Guard::Op::NotDivisibleBy: return "trd_not_divisible(" + lhs + ", " + rhs + ")";
     default: return lhs + " " + ir::guard_op_name(g.op) + " " + rhs;
   }
 }
@@ -214,7 +244,7 @@ std::string emit_select(const std::vector<ir::Spec>& specs) {
   }
   e.line(1, "return -1;");
   e.line(0, "}");
-  return e.out;
+  return e.functions + e.out;
 }
 
 }  // namespace trident::guards

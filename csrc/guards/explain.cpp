@@ -50,8 +50,8 @@ int64_t eval(const ir::Expr& e, const trd_call& c) {
     case K::Add: return a + b;
     case K::Sub: return a - b;
     case K::Mul: return a * b;
-    case K::FloorDiv: return b == 0 ? 0 : floordiv(a, b);
-    case K::Mod: return b == 0 ? 0 : a - floordiv(a, b) * b;
+    case K::FloorDiv: return b == 0 ? 0 : b == -1 ? static_cast<int64_t>(0 - static_cast<uint64_t>(a)) : floordiv(a, b);
+    case K::Mod: return b == 0 || b == -1 ? 0 : a - floordiv(a, b) * b;
     case K::Eq: return a == b;
     case K::Ne: return a != b;
     case K::Lt: return a < b;
@@ -71,16 +71,24 @@ int64_t eval(const ir::Expr& e, const trd_call& c) {
 bool check_guard(const ir::Guard& g, const trd_call& c) {
   using Op = ir::Guard::Op;
   if (g.expr) return eval(*g.expr, c) != 0;
-  if (g.lhs.kind == ir::Field::Kind::FloatValue && !g.rhs_is_field) {
-    if (g.lhs.leaf >= c.nleaves) return false;
-    double v = c.leaves[g.lhs.leaf].fval;
+  bool float_lhs = g.lhs.kind == ir::Field::Kind::FloatValue;
+  bool float_rhs = g.rhs_is_field && g.rhs_field.kind == ir::Field::Kind::FloatValue;
+  if (float_lhs || float_rhs) {  // compared as doubles, exactly as the generated C does
+    auto value = [&](const ir::Field& f) {
+      if (f.kind == ir::Field::Kind::FloatValue)
+        return f.leaf < c.nleaves ? c.leaves[f.leaf].fval : 0.0;
+      return static_cast<double>(read_field(f, c));
+    };
+    if (float_lhs && g.lhs.leaf >= c.nleaves) return false;
+    double v = value(g.lhs);
+    double w = g.rhs_is_field ? value(g.rhs_field) : float_lhs ? g.rhs_float : static_cast<double>(g.rhs_int);
     switch (g.op) {
-      case Op::Eq: return v == g.rhs_float;
-      case Op::Ne: return v != g.rhs_float;
-      case Op::Ge: return v >= g.rhs_float;
-      case Op::Le: return v <= g.rhs_float;
-      case Op::Gt: return v > g.rhs_float;
-      case Op::Lt: return v < g.rhs_float;
+      case Op::Eq: return v == w;
+      case Op::Ne: return v != w;
+      case Op::Ge: return v >= w;
+      case Op::Le: return v <= w;
+      case Op::Gt: return v > w;
+      case Op::Lt: return v < w;
       default: return false;
     }
   }
@@ -93,8 +101,8 @@ bool check_guard(const ir::Guard& g, const trd_call& c) {
     case Op::Le: return a <= b;
     case Op::Gt: return a > b;
     case Op::Lt: return a < b;
-    case Op::DivisibleBy: return b != 0 && a % b == 0;
-    case Op::NotDivisibleBy: return b != 0 && a % b != 0;
+    case Op::DivisibleBy: return b != 0 && (b == -1 || a % b == 0);
+    case Op::NotDivisibleBy: return b != 0 && b != -1 && a % b != 0;
   }
   return false;
 }

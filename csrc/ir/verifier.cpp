@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "codegen/trident_abi.h"
 #include "ir/expr.h"
 #include "ir/text.h"
 
@@ -39,6 +40,12 @@ struct Checker {
     if (!into.insert(id).second) fail(std::string(1, sigil) + std::to_string(id) + " defined twice", &in);
   }
 
+  void field(const Field& f) {
+    if (f.leaf >= 0) leaf(f.leaf, nullptr);
+    if ((f.kind == Field::Kind::Size || f.kind == Field::Kind::Stride) && (f.index < 0 || f.index >= TRD_MAX_DIM))
+      fail("dimension " + std::to_string(f.index) + " outside 0.." + std::to_string(TRD_MAX_DIM - 1));
+  }
+
   void leaf(int64_t k, const Instr* in) {
     if (k < 0 || k >= nleaves)
       fail("leaf " + std::to_string(k) + " out of range: structure has " + std::to_string(nleaves), in);
@@ -52,12 +59,11 @@ struct Checker {
       if (g.expr) {
         std::vector<Field> fields;
         expr_fields(*g.expr, fields);
-        for (const auto& f : fields)
-          if (f.leaf >= 0) leaf(f.leaf, nullptr);
+        for (const auto& f : fields) field(f);
         continue;
       }
-      if (g.lhs.leaf >= 0) leaf(g.lhs.leaf, nullptr);
-      if (g.rhs_is_field && g.rhs_field.leaf >= 0) leaf(g.rhs_field.leaf, nullptr);
+      field(g.lhs);
+      if (g.rhs_is_field) field(g.rhs_field);
     }
     bool returned = false;
     for (const auto& in : s.body) {

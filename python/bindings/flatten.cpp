@@ -98,8 +98,14 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
   if (kwnames) {
     Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t k = 0; k < nk; ++k) {
-      const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
-      if (!name) { PyErr_Clear(); out.unsupported = "keyword argument name"; return false; }
+      PyObject* key = PyTuple_GET_ITEM(kwnames, k);  // borrowed
+      // Only identifiers: the structure string must stay unambiguous (no ';' or '=' in names).
+      const char* name = PyUnicode_IsIdentifier(key) ? PyUnicode_AsUTF8(key) : nullptr;
+      if (!name) {
+        PyErr_Clear();
+        out.unsupported = "a keyword argument whose name is not an identifier is not supported natively";
+        return false;
+      }
       out.structure += ';';
       out.structure += name;
       out.structure += '=';

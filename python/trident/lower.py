@@ -454,7 +454,9 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
                 continue
             out.append(f"guard L{k}.ival == {l['ival']}")
         elif l["kind"] == 3:
-            out.append(f"guard L{k}.fval == {_float(l['fval'])}")
+            # NaN equals nothing, itself included; "x != x" holds exactly for NaN.
+            out.append(f"guard L{k}.fval != L{k}.fval" if math.isnan(l["fval"])
+                       else f"guard L{k}.fval == {_float(l['fval'])}")
     if syms is not None:
         out += syms.guards()
     return out

@@ -1,0 +1,183 @@
+"""torch-trident benchmark suite, one command (on a GPU machine):
+
+    python3 benchmarks/run.py --out DIR [--quick]
+
+Runs the native floor (C++), then one worker process per mode (eager, trident,
+torch.compile(backend="trident"), torch.compile default, reduce-overhead, cpp_wrapper), each with
+its share of a fixed time budget; a mode that crashes, hangs or overruns costs only its own
+results. Writes DIR/results.json (everything), DIR/decode.png (chart), DIR/table.txt and
+DIR/logs/<mode>.log, and prints the table last. See benchmarks/README.md for what each number means.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import cases  # noqa: E402
+import modes  # noqa: E402
+import report  # noqa: E402
+import timing  # noqa: E402
+import worker  # noqa: E402
+
+BUDGET_S = {"full": 500.0, "quick": 260.0}   # the run must end under 9 and 5 minutes
+RESERVE_PER_LATER_MODE_S = 15.0               # kept back for each mode still to run
+MIN_CAP_S = 60.0                              # a mode's cap is at least this, when the budget allows
+WORKER_MARGIN_S = 10.0                        # a worker stops starting entries this long before its kill
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output directory (created)")
+    p.add_argument("--quick", action="store_true", help="2-layer d=1024 decoder, fewer repeats (under 5 minutes)")
+    p.add_argument("--budget-s", type=float, help="total time budget in seconds (default 500, quick 260)")
+    p.add_argument("--modes", default=",".join(m for m, _, _ in modes.MODES),
+                   help="comma-separated subset of: " + ", ".join(m for m, _, _ in modes.MODES))
+    p.add_argument("--suites", default="percall,decode", help="percall, decode or both")
+    p.add_argument("--fresh-caches", action="store_true",
+                   help="empty Inductor/Triton/trident caches under DIR/caches (cold compile latency)")
+    p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)   # cpu: smoke tests only
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tiny decoder: smoke tests only
+    return p.parse_args()
+
+
+def worker_env(args, out):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if args.fresh_caches:
+        for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
+                         ("TRIDENT_CACHE_DIR", "trident")):
+            env[var] = str(out / "caches" / sub)
+    return env
+
+
+def run_worker(mode, args, out, cap):
+    """Run one mode's worker with a hard time cap; returns its (possibly partial) result."""
+    raw = out / "raw" / f"{mode}.json"
+    raw.unlink(missing_ok=True)
+    cmd = [sys.executable, str(HERE / "worker.py"), "--mode", mode, "--out", str(raw),
+           "--deadline-s", str(max(cap - WORKER_MARGIN_S, 1.0)), "--suites", args.suites, "--device", args.device]
+    cmd += ["--quick"] * args.quick + ["--tiny"] * args.tiny
+    with open(out / "logs" / f"{mode}.log", "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=worker_env(args, out),
+                                cwd=str(HERE), start_new_session=True)
+        try:
+            rc, killed = proc.wait(timeout=cap), False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # the worker and its compile subprocesses
+            rc, killed = proc.wait(), True
+    try:
+        result = json.loads(raw.read_text())
+    except (OSError, ValueError):
+        result = {"mode": mode, "percall": {}, "decode": {}}
+    result["worker"] = {"rc": rc, "killed_at_cap": killed, "cap_s": round(cap, 1),
+                        "log": str(out / "logs" / f"{mode}.log")}
+    if killed:
+        missing = {"status": modes.TIMEOUT, "message": f"worker killed at its time cap ({cap:.0f} s)"}
+    else:
+        tail = (out / "logs" / f"{mode}.log").read_text(errors="replace").strip().splitlines()[-1:]
+        missing = {"status": modes.ERROR, "message": f"worker exited with rc={rc}: {' '.join(tail)}"}
+    fill_missing(result, args, missing)
+    return result
+
+
+def fill_missing(result, args, missing):
+    """Entries a worker never wrote get `missing` (timeout if it was killed, error if it crashed)."""
+    suites = args.suites.split(",")
+    if "percall" in suites:
+        for name, *_ in cases.CASES:
+            result["percall"].setdefault(name, dict(missing))
+    if "decode" in suites:
+        for batch in worker.BATCHES:
+            slot = result["decode"].setdefault(str(batch), {})
+            for scenario in worker.SCENARIOS:
+                slot.setdefault(scenario, dict(missing))
+    return result
+
+
+def summary(result):
+    statuses = [e.get("status") for e in result["percall"].values()]
+    for slot in result["decode"].values():
+        if isinstance(slot, dict):
+            statuses += [slot[s].get("status") for s in worker.SCENARIOS if isinstance(slot.get(s), dict)]
+    return ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+
+
+def git_commit():
+    try:
+        rev = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + ("+dirty" if dirty else "") if rev else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def main():
+    args = parse_args()
+    out = Path(args.out).resolve()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "raw").mkdir(exist_ok=True)
+    budget = args.budget_s or BUDGET_S["quick" if args.quick else "full"]
+    start = time.monotonic()
+    deadline = start + budget
+    selected = [m for m, _, _ in modes.MODES if m in args.modes.split(",")]
+    results = {"meta": {"argv": sys.argv, "quick": args.quick, "budget_s": budget, "started": time.ctime(),
+                        "fresh_caches": args.fresh_caches, "suites": args.suites, "commit": git_commit()},
+               "batches": list(worker.BATCHES), "modes": {}}
+
+    def say(msg):
+        print(f"[{time.monotonic() - start:5.0f}s] {msg}", flush=True)
+
+    if args.device == "cuda" and "percall" in args.suites:
+        say("native floor: building benchmarks/native_floor.cu with nvcc")
+        results["native_floor"] = timing.native_floor_us(timeout=min(120, budget / 4))
+        say(f"native floor: {results['native_floor'].get('us', results['native_floor'].get('status'))}")
+    else:
+        results["native_floor"] = {"status": "unavailable", "message": "not measured (no GPU run)"}
+
+    for i, mode in enumerate(selected):
+        later = selected[i + 1:]
+        remaining = deadline - time.monotonic()
+        weight = modes.WEIGHTS[mode]
+        share = remaining * weight / (weight + sum(modes.WEIGHTS[m] for m in later))
+        allowed = remaining - RESERVE_PER_LATER_MODE_S * len(later)
+        cap = min(allowed, max(1.5 * share, MIN_CAP_S))
+        if cap < 2 * WORKER_MARGIN_S:
+            say(f"{mode}: skipped, no time left")
+            results["modes"][mode] = fill_missing({"mode": mode, "percall": {}, "decode": {}}, args, {
+                "status": modes.SKIPPED, "message": "no time left in the run's budget"})
+            continue
+        say(f"{mode}: running (cap {cap:.0f} s, log {out / 'logs' / (mode + '.log')})")
+        t0 = time.monotonic()
+        result = run_worker(mode, args, out, cap)
+        results["modes"][mode] = result
+        if mode == "eager" or "env" not in results["meta"]:
+            results["meta"]["env"] = result.get("env", results["meta"].get("env"))
+        if result.get("decode_config"):
+            results["decode_config"] = result["decode_config"]
+        say(f"{mode}: {summary(result)} ({time.monotonic() - t0:.0f} s)")
+
+    results["meta"]["elapsed_s"] = time.monotonic() - start
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    text = report.table(results)
+    (out / "table.txt").write_text(text + "\n")
+    if "decode" in args.suites:
+        try:
+            report.chart(results, out / "decode.png")
+            say(f"chart: {out / 'decode.png'}")
+        except Exception as e:  # noqa: BLE001  (the table still comes out)
+            say(f"chart not written: {type(e).__name__}: {e}")
+    say(f"results: {out / 'results.json'}, table: {out / 'table.txt'}")
+    print()
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()

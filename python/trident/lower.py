@@ -90,6 +90,9 @@ class _Lowerer:
         self.syms = Symbols()
         self.fakes: dict[int, object] = {}    # leaf -> traced value (FakeTensor, SymInt, int)
         self.next_sym = 0
+        from .reinplace import plan
+        self.inplace = plan(ep)               # scatter nodes executed as in-place writes
+        self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
         self.structure = structure
         self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
         self.state_index = state_index      # callable(StateRef) -> int
@@ -240,6 +243,9 @@ class _Lowerer:
         if op in _SKIPPED_OPS:
             self.env[node] = None  # runtime asserts: the guards already enforce them
             return
+        if node in self.inplace:
+            self.inplace_call(node)
+            return
         if getattr(op, "__name__", "") == "triton_kernel_wrapper_functional":
             from .triton_lower import TritonCall
             TritonCall(self, node).lower()
@@ -274,6 +280,41 @@ class _Lowerer:
             self.env[node] = results[0]
         lhs = (", ".join(results) + " = ") if results else ""
         self.lines.append(f"{lhs}call {_quote(name)} ({', '.join(operands)})")
+        if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
+            self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
+
+    def inplace_call(self, node: fx.Node):
+        """A scatter into a tensor nothing else reads afterwards (reinplace.py): write in place.
+        Its result is the destination itself; copying a view onto itself is skipped."""
+        from .reinplace import SCATTERS
+        kind = SCATTERS[node.target]
+        a = [self.operand(node, x) for x in node.args]
+        dst = a[0]
+
+        if kind in ("slice", "select", "copy"):
+            if kind == "slice":
+                dim, start, end, step = (list(node.args[2:]) + [0, None, None, 1][len(node.args) - 2:])[:4]
+                opname, args = "aten::slice.Tensor", [self.operand(node, x) for x in (dim, start, end, step)]
+            elif kind == "select":
+                opname, args = "aten::select.int", a[2:4]
+            else:
+                opname, args = None, []
+            src = a[1]
+            key = (self.view_key.get(dst, dst), opname, tuple(args)) if opname else self.view_key.get(dst, dst)
+            if self.view_key.get(src, src) != key:  # else src already is that very view: nothing to copy
+                target = dst
+                if opname:
+                    target = self.value()
+                    self.lines.append(f"{target} = call {_quote(opname)} ({', '.join([dst] + args)})")
+                    self.view_key[target] = key
+                self.lines.append(f"{self.value()} = call \"aten::copy_\" ({target}, {src}, false)")
+        elif kind == "index_copy":
+            self.lines.append(f"{self.value()} = call \"aten::index_copy_\" ({', '.join(a[:4])})")
+        else:  # index_put
+            accumulate = a[3] if len(a) > 3 else "false"
+            self.lines.append(f"{self.value()} = call \"aten::index_put_\" ({a[0]}, {a[1]}, {a[2]}, {accumulate})")
+        self.env[node] = dst
+        self.ops.append(f"inplace:{kind}")
 
     def getitem(self, node: fx.Node):
         src, idx = node.args

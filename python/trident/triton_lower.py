@@ -38,6 +38,38 @@ def _cubin_path(cubin: bytes) -> str:
     return path
 
 
+# What a Triton specialization of a symbolic integer requires, as a guard expression over it.
+_INT_CHECKS = {
+    "eq1": "({e}) == 1",
+    "not1": "({e}) != 1",
+    "div16": "({e}) % 16 == 0",
+    "not_div16_not1": "({e}) % 16 != 0 and ({e}) != 1",
+    "range_i32": "({e}) >= -2147483648 and ({e}) <= 2147483647",
+    "range_i64": "({e}) < -2147483648 or ({e}) > 2147483647",
+}
+
+
+def _sym(v):
+    """The SymInt behind a kernel argument or grid entry, else None."""
+    if isinstance(v, fx.Node):
+        v = v.meta.get("val")
+    return v if isinstance(v, torch.SymInt) else None
+
+
+def _hint(v) -> int:
+    """The value a symbolic integer has in this call (what Triton would specialize on)."""
+    s = _sym(v)
+    if s is None:
+        return int(v.meta["val"]) if isinstance(v, fx.Node) else v
+    expr = s.node.expr
+    if expr.is_number:
+        return int(expr)
+    hint = s.node.hint
+    if hint is None:
+        raise UnsupportedError(f"symbolic integer {expr} has no value to specialize on (data-dependent)")
+    return int(hint)
+
+
 def _is_view(n: fx.Node) -> bool:
     """Whether `n` may alias another value (a view op's result): writing it in place would be seen
     through that other value, so it must be cloned."""
@@ -116,15 +148,15 @@ class TritonCall:
         kwargs = dict(node.kwargs["kwargs"])
         options = {k: v for k, v in self.consts.items() if k not in names}
         args = {k: v for k, v in {**self.consts, **kwargs}.items() if k in names}
-        for k, v in args.items():
-            if isinstance(v, torch.SymInt) or (isinstance(v, fx.Node) and not isinstance(v.meta.get("val"), torch.Tensor)):
-                self.fail(f"argument '{k}' is a symbolic integer; dynamic kernel arguments are not lowered yet")
+        # Symbolic integers (dynamic sizes, a growing position): specialized on this call's value,
+        # passed natively as $N, and guarded on what the specialization assumed (== 1, % 16, range).
+        symbolic = {k: _sym(v) for k, v in args.items() if _sym(v) is not None}
+        for k in symbolic:
+            args[k] = _hint(args[k])
         grids = [tuple(g) for g in node.kwargs["grid"]]
-        for g in grids:
-            if not all(isinstance(x, int) for x in g):
-                self.fail(f"grid {g} is symbolic; dynamic grids are not lowered yet")
 
-        cfg, grid = self._choose_config(args, grids)
+        cfg, grid = self._choose_config(args, [tuple(_hint(x) for x in g) for g in grids])
+        grid = grids[[tuple(_hint(x) for x in g) for g in grids].index(grid)]
         if cfg is not None and cfg.pre_hook is not None:
             self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
         full = dict(args)
@@ -152,6 +184,14 @@ class TritonCall:
         ck = compile_kernel(self.jit, specs, config.triton_target(), options)
         for v in pointer_guards:
             lw.guard_alignment(v.meta["val"])
+        for g in ck.guards:
+            if g.name in symbolic and not symbolic[g.name].node.expr.is_number:
+                if g.check not in _INT_CHECKS:
+                    self.fail(f"argument '{g.name}' is symbolic but its specialization needs '{g.check}'")
+                expr = _INT_CHECKS[g.check].format(e=lw.syms.guard_text(symbolic[g.name].node.expr))
+                line = f'guard expr "{expr}"'
+                if line not in lw.extra_guards:
+                    lw.extra_guards.append(line)
 
         kid = lw.add_kernel(ck, _cubin_path(ck.cubin))
         results = self._outputs(kwargs, node.kwargs.get("tensors_to_clone", []))
@@ -159,17 +199,21 @@ class TritonCall:
         for p in ck.params:
             if p.arg_index < 0:
                 continue  # scratch pointers: appended by the runtime
-            v = full[names[p.arg_index]]
-            if isinstance(v, fx.Node):
-                operands.append(results.get(names[p.arg_index]) or lw.operand(node, v))
+            name = names[p.arg_index]
+            v = full[name]
+            if name in symbolic:
+                operands.append(lw.sym_operand(symbolic[name]))
+            elif isinstance(v, fx.Node):
+                operands.append(results.get(name) or lw.operand(node, v))
             elif v is None:
                 operands.append("none")
             else:
                 operands.append(lw.literal(node, v))
-        lw.lines.append(f"launch {kid} grid({', '.join(str(g) for g in grid)}) ({', '.join(operands)})")
+        dims = [lw.sym_operand(_sym(g)) if _sym(g) is not None else str(_hint(g)) for g in grid]
+        lw.lines.append(f"launch {kid} grid({', '.join(dims)}) ({', '.join(operands)})")
         lw.env[node] = {k: results.get(k) or lw.operand(node, v) for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")
-        lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), grid, ck.cache_key))
+        lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(_hint(g) for g in grid), ck.cache_key))
 
     def _outputs(self, kwargs: dict, to_clone: list[str]) -> dict:
         """Values the kernel writes: the tensor itself when nothing else reads it (in place, as

@@ -117,3 +117,20 @@ def test_int_argument_that_stops_being_divisible_by_16_misses():
     x2, y2 = torch.randn(4097), torch.randn(4097)
     assert scm.select(x2, y2) == -1
     assert any("size[0] == 4096" in why for _, why in scm.explain_call(x2, y2))
+
+
+def test_symbolic_size_becomes_a_native_kernel_argument_and_grid():
+    """dynamic=True: n and the grid are computed natively from the tensor size, and the spec guards
+    what Triton's specialization assumed about n (here: divisible by 16)."""
+    fast = trident.compile(vector_add, dynamic=True)
+    lowered = trident.controller(fast).lower_call(torch.randn(4096), torch.randn(4096))
+    text = lowered.text
+    assert re.search(r"launch 0 grid\(\$\d+, 1, 1\) \(%0, %1, %\d+, \$\d+\)", text), text
+    assert '% 16 == 0' in text and "L0.size[0]" in text
+    assert "guard L0.size[0] == 4096" not in text
+
+
+def test_symbolic_size_not_divisible_by_16_is_guarded_as_such():
+    fast = trident.compile(vector_add, dynamic=True)
+    text = trident.controller(fast).lower_call(torch.randn(1000), torch.randn(1000)).text
+    assert "% 16 != 0" in text and "!= 1" in text

@@ -167,7 +167,8 @@ def decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ctx_len, scale, n_heads,
     b = pid // n_heads
     h = pid % n_heads
     d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + pid * HEAD_DIM + d).to(tl.float32) * scale
+    # scale is cast so the running max stays fp32 even when a caller passes it as fp64 (Inductor does)
+    q = tl.load(q_ptr + pid * HEAD_DIM + d).to(tl.float32) * scale.to(tl.float32)
     k_base = k_ptr + b * stride_kb + h * stride_kh
     v_base = v_ptr + b * stride_vb + h * stride_vh
     m_i = tl.full((), float("-inf"), tl.float32)   # running max
@@ -178,7 +179,7 @@ def decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ctx_len, scale, n_heads,
         mask = n < ctx_len
         k = tl.load(k_base + n[:, None] * stride_ks + d[None, :], mask=mask[:, None], other=0.0)
         s = tl.where(mask, tl.sum(k.to(tl.float32) * q[None, :], axis=1), float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=0))
+        m_new = tl.maximum(m_i, tl.max(s, axis=0).to(tl.float32))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new)
         v = tl.load(v_base + n[:, None] * stride_vs + d[None, :], mask=mask[:, None], other=0.0)

@@ -8,6 +8,10 @@ python3 -m pip install -q --no-build-isolation -e . >"$OUT/build.log" 2>&1 || { 
 if [[ " $* " == *" tests "* ]]; then
   python3 -m pytest tests -q -p no:cacheprovider -m gpu -W ignore::FutureWarning >"$OUT/gpu_tests.log" 2>&1
   echo "gpu tests: $(tail -1 "$OUT/gpu_tests.log")"
+elif [[ " $* " == *" triton-tests "* ]]; then  # the Triton and backend GPU files only (shorter)
+  python3 -m pytest tests/python/test_triton_gpu.py tests/python/test_backend_gpu.py -q -p no:cacheprovider \
+    -m gpu -W ignore::FutureWarning >"$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests: $(tail -1 "$OUT/gpu_tests.log")"
 fi
 quick=""; [[ " $* " == *" --quick "* ]] && quick="--quick"
 python3 benchmarks/run.py --out "$OUT/bench" $quick ${BENCH_BUDGET:+--budget-s $BENCH_BUDGET} >"$OUT/bench.log" 2>&1

@@ -160,6 +160,24 @@ class _Lowerer:
             return self.syms.emit(expr, self.lines, self.new_sym)
         return str(int(v))
 
+    def hint(self, v) -> int:
+        """The value a symbolic integer has in THIS call, from the call's own arguments (the trace's
+        example values may come from another call: Dynamo's graph is reused across calls)."""
+        if not isinstance(v, torch.SymInt):
+            return int(v)
+        expr = v.node.expr
+        if expr.is_number:
+            return int(expr)
+        values = {}
+        for sym in expr.free_symbols:
+            field = self.syms.field.get(sym)
+            if field is None:
+                raise UnsupportedError(f"symbolic integer {expr} depends on {sym}, which no argument defines")
+            leaf, _, rest = field[1:].partition(".")
+            obj = self.leaf_values[int(leaf)]
+            values[sym] = obj.shape[int(rest[5:-1])] if rest.startswith("size[") else int(obj)
+        return int(expr.xreplace(values))
+
     def bind_symbols(self, leaf: int, node: fx.Node, val):
         """Symbols first seen in this argument are defined from its fields."""
         if isinstance(val, torch.SymInt):

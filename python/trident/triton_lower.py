@@ -56,18 +56,6 @@ def _sym(v):
     return v if isinstance(v, torch.SymInt) else None
 
 
-def _hint(v) -> int:
-    """The value a symbolic integer has in this call (what Triton would specialize on)."""
-    s = _sym(v)
-    if s is None:
-        return int(v.meta["val"]) if isinstance(v, fx.Node) else v
-    expr = s.node.expr
-    if expr.is_number:
-        return int(expr)
-    hint = s.node.hint
-    if hint is None:
-        raise UnsupportedError(f"symbolic integer {expr} has no value to specialize on (data-dependent)")
-    return int(hint)
 
 
 def _is_view(n: fx.Node) -> bool:
@@ -84,6 +72,13 @@ def _is_view(n: fx.Node) -> bool:
 
 class TritonCall:
     """Lowers one kernel-wrapper node inside a spec's _Lowerer."""
+
+    def _hint(self, v):
+        """The value an argument or grid entry has in this call (what Triton specializes on)."""
+        s = _sym(v)
+        if s is None:
+            return int(v.meta["val"]) if isinstance(v, fx.Node) else v
+        return self.lw.hint(s)
 
     def __init__(self, lw, node: fx.Node):
         self.lw, self.node = lw, node
@@ -107,8 +102,11 @@ class TritonCall:
         base = self.lw.real_base(fake)
         if base is not None:
             t = torch.empty(0, dtype=fake.dtype, device=fake.device)
-            return t.set_(base.untyped_storage().clone(), fake.storage_offset(), fake.shape, fake.stride())
-        t = torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype, device=fake.device)
+            return t.set_(base.untyped_storage().clone(), self.lw.hint(fake.storage_offset()),
+                          [self.lw.hint(x) for x in fake.shape], [self.lw.hint(x) for x in fake.stride()])
+        shape = [self.lw.hint(x) for x in fake.shape]
+        stride = [self.lw.hint(x) for x in fake.stride()]
+        t = torch.empty_strided(shape, stride, dtype=fake.dtype, device=fake.device)
         return t.normal_() if fake.dtype.is_floating_point else t.zero_()
 
     def _aligned(self, a: fx.Node) -> bool:
@@ -152,11 +150,11 @@ class TritonCall:
         # passed natively as $N, and guarded on what the specialization assumed (== 1, % 16, range).
         symbolic = {k: _sym(v) for k, v in args.items() if _sym(v) is not None}
         for k in symbolic:
-            args[k] = _hint(args[k])
+            args[k] = self._hint(args[k])
         grids = [tuple(g) for g in node.kwargs["grid"]]
 
-        cfg, grid = self._choose_config(args, [tuple(_hint(x) for x in g) for g in grids])
-        grid = grids[[tuple(_hint(x) for x in g) for g in grids].index(grid)]
+        cfg, grid = self._choose_config(args, [tuple(self._hint(x) for x in g) for g in grids])
+        grid = grids[[tuple(self._hint(x) for x in g) for g in grids].index(grid)]
         if cfg is not None and cfg.pre_hook is not None:
             self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
         full = dict(args)
@@ -209,11 +207,11 @@ class TritonCall:
                 operands.append("none")
             else:
                 operands.append(lw.literal(node, v))
-        dims = [lw.sym_operand(_sym(g)) if _sym(g) is not None else str(_hint(g)) for g in grid]
+        dims = [lw.sym_operand(_sym(g)) if _sym(g) is not None else str(self._hint(g)) for g in grid]
         lw.lines.append(f"launch {kid} grid({', '.join(dims)}) ({', '.join(operands)})")
         lw.env[node] = {k: results.get(k) or lw.operand(node, v) for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")
-        lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(_hint(g) for g in grid), ck.cache_key))
+        lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(self._hint(g) for g in grid), ck.cache_key))
 
     def _outputs(self, kwargs: dict, to_clone: list[str]) -> dict:
         """Values the kernel writes: the tensor itself when nothing else reads it (in place, as

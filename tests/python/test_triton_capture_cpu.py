@@ -134,3 +134,26 @@ def test_symbolic_size_not_divisible_by_16_is_guarded_as_such():
     fast = trident.compile(vector_add, dynamic=True)
     text = trident.controller(fast).lower_call(torch.randn(1000), torch.randn(1000)).text
     assert "% 16 != 0" in text and "!= 1" in text
+
+
+@triton.jit
+def head_fill_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs.to(tl.float32), mask=offs < n)
+
+
+def head_fill(x, n: int):
+    head_fill_kernel[(1,)](x, n, BLOCK=64)
+    return x
+
+
+def test_backend_respecializes_a_symbolic_kernel_argument_on_this_calls_value():
+    """A Dynamo graph is reused across calls: when a new call misses (n stops/starts being divisible
+    by 16), the kernel must be specialized on that call's n, not on the value the graph was traced
+    with. On CPU tensors the launch then fails cleanly; a wrong specialization would instead fail
+    with 'no specialization accepts the call it was compiled for'."""
+    torch._dynamo.reset()
+    opt = torch.compile(head_fill, backend="trident")
+    for n in (3, 5, 16, 17, 32):
+        with pytest.raises(RuntimeError, match="head_fill_kernel: parameter 0 is not a CUDA tensor"):
+            opt(torch.zeros(64), n)

@@ -10,7 +10,6 @@ Anything the lowering cannot represent raises UnsupportedError naming the node a
 """
 from __future__ import annotations
 
-import math
 import operator
 
 import sympy
@@ -22,6 +21,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _compat
 from .errors import UnsupportedError
+from .guard_text import float_text as _float
+from .guard_text import guard_lines
 from .symbolic import Symbols
 
 # Runtime assertion ops export inserts; the spec's guards already enforce what they check.
@@ -48,15 +49,6 @@ def dtype_code(dtype: torch.dtype) -> int:
 
 def _quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _float(v: float) -> str:
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    s = repr(float(v))
-    return s if any(c in s for c in ".e") else s + ".0"
 
 
 @dataclass
@@ -470,60 +462,6 @@ class _Lowerer:
                 continue  # already written in place (a Triton kernel given the input itself)
             self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
         return written
-
-
-def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict | None = None,
-                syms=None) -> list[str]:
-    """Guards for a specialization: every property of every leaf the trace depended on.
-
-    Tensors: kind, dtype, device, rank, requires_grad, dispatch keys, each size and stride.
-    Python scalars: their value (the trace baked it in). None leaves: fixed by the structure.
-    With `fakes` (leaf -> traced value) and `syms`, sizes, strides and ints the trace kept symbolic
-    are guarded by their symbolic expression instead of their current value."""
-    fakes = fakes or {}
-    out = [f"guard grad_mode == {int(grad_mode)}"]
-
-    def dim_guard(k, what, d, concrete, traced):
-        field = f"L{k}.{what}" + ("" if d is None else f"[{d}]")
-        if not isinstance(traced, torch.SymInt) or syms is None:
-            return [f"guard {field} == {concrete}"]
-        expr = traced.node.expr
-        if syms.field.get(expr) == field:
-            return []  # this field defines the symbol: ranges come with the ShapeEnv guards
-        return [f'guard expr "{field} == {syms.guard_text(expr)}"']
-
-    for k, l in enumerate(leaves):
-        out.append(f"guard L{k}.kind == {l['kind']}")
-        fake = fakes.get(k)
-        if l["kind"] == 1:
-            out += [f"guard L{k}.dtype == {l['dtype']}", f"guard L{k}.device_type == {l['device_type']}",
-                    f"guard L{k}.device_index == {l['device_index']}", f"guard L{k}.dim == {l['dim']}",
-                    f"guard L{k}.flags == {l['flags']}", f"guard L{k}.keyset == {_keyset(l['keyset'])}"]
-            tsizes = fake.shape if isinstance(fake, torch.Tensor) else l["sizes"]
-            tstrides = fake.stride() if isinstance(fake, torch.Tensor) else l["strides"]
-            for d, v in enumerate(l["sizes"]):
-                out += dim_guard(k, "size", d, v, tsizes[d])
-            for d, v in enumerate(l["strides"]):
-                out += dim_guard(k, "stride", d, v, tstrides[d])
-        elif l["kind"] in (2, 4):
-            if isinstance(fake, torch.SymInt) and syms is not None:
-                # Kept symbolic: its ShapeEnv guards and range apply instead of the value. A SymInt
-                # the trace specialized (its expression is now a number) is guarded like a constant.
-                out += dim_guard(k, "ival", None, l["ival"], fake)
-                continue
-            out.append(f"guard L{k}.ival == {l['ival']}")
-        elif l["kind"] == 3:
-            # NaN equals nothing, itself included; "x != x" holds exactly for NaN.
-            out.append(f"guard L{k}.fval != L{k}.fval" if math.isnan(l["fval"])
-                       else f"guard L{k}.fval == {_float(l['fval'])}")
-    if syms is not None:
-        out += syms.guards()
-    return out
-
-
-def _keyset(raw: int) -> int:
-    """Dispatch key sets are 64-bit unsigned; the IR stores guard literals as int64."""
-    return raw - (1 << 64) if raw >= (1 << 63) else raw
 
 
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,

@@ -1,0 +1,71 @@
+"""Guards of a specialization, as host IR text: what every leaf of the call must be for the
+captured program to be valid for it (static values, or symbolic relations from the ShapeEnv)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def float_text(v: float) -> str:
+    """A float in host IR syntax: always with a point or exponent, or inf/-inf/nan."""
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    s = repr(float(v))
+    return s if any(c in s for c in ".e") else s + ".0"
+
+
+def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict | None = None,
+                syms=None) -> list[str]:
+    """Guards for a specialization: every property of every leaf the trace depended on.
+
+    Tensors: kind, dtype, device, rank, requires_grad, dispatch keys, each size and stride.
+    Python scalars: their value (the trace baked it in). None leaves: fixed by the structure.
+    With `fakes` (leaf -> traced value) and `syms`, sizes, strides and ints the trace kept symbolic
+    are guarded by their symbolic expression instead of their current value."""
+    fakes = fakes or {}
+    out = [f"guard grad_mode == {int(grad_mode)}"]
+
+    def dim_guard(k, what, d, concrete, traced):
+        field = f"L{k}.{what}" + ("" if d is None else f"[{d}]")
+        if not isinstance(traced, torch.SymInt) or syms is None:
+            return [f"guard {field} == {concrete}"]
+        expr = traced.node.expr
+        if syms.field.get(expr) == field:
+            return []  # this field defines the symbol: ranges come with the ShapeEnv guards
+        return [f'guard expr "{field} == {syms.guard_text(expr)}"']
+
+    for k, l in enumerate(leaves):
+        out.append(f"guard L{k}.kind == {l['kind']}")
+        fake = fakes.get(k)
+        if l["kind"] == 1:
+            out += [f"guard L{k}.dtype == {l['dtype']}", f"guard L{k}.device_type == {l['device_type']}",
+                    f"guard L{k}.device_index == {l['device_index']}", f"guard L{k}.dim == {l['dim']}",
+                    f"guard L{k}.flags == {l['flags']}", f"guard L{k}.keyset == {_keyset(l['keyset'])}"]
+            tsizes = fake.shape if isinstance(fake, torch.Tensor) else l["sizes"]
+            tstrides = fake.stride() if isinstance(fake, torch.Tensor) else l["strides"]
+            for d, v in enumerate(l["sizes"]):
+                out += dim_guard(k, "size", d, v, tsizes[d])
+            for d, v in enumerate(l["strides"]):
+                out += dim_guard(k, "stride", d, v, tstrides[d])
+        elif l["kind"] in (2, 4):
+            if isinstance(fake, torch.SymInt) and syms is not None:
+                # Kept symbolic: its ShapeEnv guards and range apply instead of the value. A SymInt
+                # the trace specialized (its expression is now a number) is guarded like a constant.
+                out += dim_guard(k, "ival", None, l["ival"], fake)
+                continue
+            out.append(f"guard L{k}.ival == {l['ival']}")
+        elif l["kind"] == 3:
+            # NaN equals nothing, itself included; "x != x" holds exactly for NaN.
+            out.append(f"guard L{k}.fval != L{k}.fval" if math.isnan(l["fval"])
+                       else f"guard L{k}.fval == {float_text(l['fval'])}")
+    if syms is not None:
+        out += syms.guards()
+    return out
+
+
+def _keyset(raw: int) -> int:
+    """Dispatch key sets are 64-bit unsigned; the IR stores guard literals as int64."""
+    return raw - (1 << 64) if raw >= (1 << 63) else raw

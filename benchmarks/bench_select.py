@@ -29,7 +29,7 @@ import torch
 
 import trident  # noqa: F401  (loads the extension after torch)
 from trident import _C
-from trident.lower import guard_lines
+from trident.guard_text import guard_lines
 
 SPEC_COUNTS = (1, 8, 64)
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,

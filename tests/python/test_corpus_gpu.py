@@ -46,7 +46,7 @@ def test_corpus_cuda_matches_eager(case, dtype):
         with ctx():
             try:
                 expected = fn(*eager_in)
-            except RuntimeError as e:
+            except RuntimeError:
                 with pytest.raises(Exception):
                     fast(*fast_in)
                 return

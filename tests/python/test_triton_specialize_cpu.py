@@ -16,7 +16,6 @@ from fake_cuda import FakeCudaDriver
 import torch
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.driver import make_launcher
 
 

@@ -39,37 +39,21 @@ class _Leaf:
         self.index = index
 
 
-def _leaf_values(args: tuple, kwargs: dict) -> list:
-    """The leaf objects themselves, numbered as the native flattener numbers them."""
-    out = []
-
-    def walk(x):
-        if type(x) in (tuple, list):
-            for v in x:
-                walk(v)
-        else:
-            out.append(x)
-
-    for a in args:
-        walk(a)
-    for v in kwargs.values():
-        walk(v)
-    return out
-
-
 def _mark_leaves(args: tuple, kwargs: dict):
     """Replace every leaf by a _Leaf, in the order the native flattener numbers them
-    (positional arguments, then keyword arguments in call order; tuples and lists recursively)."""
-    counter = iter(range(1 << 30))
+    (positional arguments, then keyword arguments in call order; tuples and lists recursively).
+    Also returns the leaf objects themselves in that order."""
+    values: list = []
 
     def mark(x):
-        if isinstance(x, (tuple, list)) and type(x) in (tuple, list):
+        if type(x) in (tuple, list):
             return type(x)(mark(v) for v in x)
-        return _Leaf(next(counter))
+        values.append(x)
+        return _Leaf(len(values) - 1)
 
     margs = tuple(mark(a) for a in args)
     mkwargs = {k: mark(v) for k, v in kwargs.items()}
-    return margs, mkwargs
+    return margs, mkwargs, values
 
 
 class CompiledFunction:
@@ -193,7 +177,7 @@ class CompiledFunction:
         return self._lower_with(args, kwargs, structure, leaves, set())
 
     def _lower_with(self, args, kwargs, structure: str, leaves: list[dict], marks: set):
-        margs, mkwargs = _mark_leaves(args, kwargs)
+        margs, mkwargs, leaf_values = _mark_leaves(args, kwargs)
         if self.signature is not None:
             bound = self.signature.bind(*args, **kwargs)
             mbound = self.signature.bind(*margs, **mkwargs)
@@ -239,7 +223,7 @@ class CompiledFunction:
                 f"{self.name}: export produced {n_user} user inputs for {len(leaf_of_input)} arguments; "
                 "argument structure not supported")
         return lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
-                     _leaf_values(args, kwargs))
+                     leaf_values)
 
     # ---- module state ----------------------------------------------------------------------
     def _state_index(self, ref: StateRef) -> int:

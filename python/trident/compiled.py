@@ -26,6 +26,15 @@ def _function_module(fn, npos: int, kwnames: list[str]) -> torch.nn.Module:
     sig = ", ".join(["self"] + params + (["*"] + kwnames if kwnames else []))
     call = ", ".join(params + [f"{k}={k}" for k in kwnames])
     ns: dict = {}
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        # A bound method of a module (model.decode_step): the module becomes a submodule, so export
+        # lifts its parameters and buffers by name instead of meeting them as closure constants.
+        exec(f"def forward({sig}):\n    return self.fn(self.owner, {call})\n", ns)
+        module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
+        module.owner = owner
+        module.fn = fn.__func__
+        return module
     exec(f"def forward({sig}):\n    return self.fn({call})\n", ns)
     module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
     module.fn = fn

@@ -1,0 +1,117 @@
+"""Where the host time of one decode step goes: per-op host cost of trident against eager for the
+ops a decode step is made of, and torch.profiler's table of the ATen ops one trident step runs.
+
+    python benchmarks/profile_host.py [--layers N] [--out DIR]
+
+A diagnostic, not a benchmark of record: run.py's numbers are the ones quoted. Each line of the
+op table is one small function compiled alone, timed as run.py times per-call cases (wall time,
+sync every 100 calls, median of repeats), eager and trident alternating in one process.
+"""
+import argparse
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernels  # noqa: E402
+import models  # noqa: E402
+import timing  # noqa: E402
+
+
+def op_cases(device, dtype):
+    d, f = 2048, 5632
+    x = torch.randn(1, d, device=device, dtype=dtype)
+    w = torch.randn(3 * d, d, device=device, dtype=dtype)
+    wt = w.t().contiguous()
+    cache = torch.randn(1, 16, 512, 128, device=device, dtype=dtype)
+    k = torch.randn(1, 16, 128, device=device, dtype=dtype)
+    gu = torch.randn(1, 2 * f, device=device, dtype=dtype)
+    nw = torch.ones(d, device=device, dtype=dtype)
+
+    def cache_write(cache, k, pos: int):
+        cache[:, :, pos:pos + 1] = k.unsqueeze(2)
+
+    cases = [
+        ("identity", lambda x: x, (x,)),
+        ("empty_like", lambda x: torch.empty_like(x), (x,)),
+        ("view", lambda x: x.view(1, 16, 128), (x,)),
+        ("x + y", lambda x, y: x + y, (x, x)),
+        ("F.linear 2048->6144", lambda x, w: F.linear(x, w), (x, w)),
+        ("mm 2048->6144", lambda x, wt: torch.mm(x, wt), (x, wt)),
+        ("cache[:, :, p:p+1] = k", cache_write, (cache, k, 100)),
+    ]
+    if device == "cuda":  # user Triton kernels need a GPU to run
+        cases += [
+            ("triton noop", kernels.noop, (x,)),
+            ("triton rmsnorm", lambda x, w: kernels.rmsnorm(x, w), (x, nw)),
+            ("triton silu_mul", kernels.silu_mul, (gu,)),
+        ]
+    return cases
+
+
+def time_pair(fn, args, trident_fn, calls, repeats):
+    """Eager and trident per-call µs, measured alternately so drift hits both alike."""
+    e, t = [], []
+    for _ in range(repeats):
+        e.append(timing.host_us_per_call(fn, args, calls=calls, repeats=1, warmup=20)[0])
+        t.append(timing.host_us_per_call(trident_fn, args, calls=calls, repeats=1, warmup=20)[0])
+    return sorted(e)[len(e) // 2], sorted(t)[len(t) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--calls", type=int, default=2000)
+    opts = ap.parse_args()
+    import trident
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16
+    lines = []
+    with torch.no_grad():
+        lines.append(f"{'op':28s} {'eager us':>9s} {'trident us':>10s}")
+        for name, fn, args in op_cases(device, dtype):
+            try:
+                fast = trident.compile(fn, max_specializations=4)
+                fast(*args)
+                e, t = time_pair(fn, args, fast, opts.calls, 5)
+                lines.append(f"{name:28s} {e:9.2f} {t:10.2f}")
+            except Exception as exc:  # a diagnostic keeps going and says what failed
+                lines.append(f"{name:28s} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
+            print(lines[-1], flush=True)
+
+        cfg = replace(models.FULL, n_layers=opts.layers)
+        if device == "cpu":
+            cfg = replace(models.TINY, n_layers=opts.layers, dtype=torch.float32)
+        model = models.Decoder(cfg, use_triton=device == "cuda", device=device).eval()
+        caches = model.new_caches(1)
+        x = model.new_input(1)
+        fast = trident.compile(model.decode_step, max_specializations=8)
+        fast(x, caches, 100)
+        step = lambda: fast(x, caches, 100)  # noqa: E731
+        estep = lambda: model.decode_step(x, caches, 100)  # noqa: E731
+        e, t = time_pair(lambda: estep(), (), step, 100, 5)
+        lines.append(f"{'decode step (' + str(opts.layers) + ' layers)':28s} {e:9.2f} {t:10.2f}")
+        print(lines[-1], flush=True)
+        ops = trident.controller(fast).last_ops[-1] if trident.controller(fast).last_ops else []
+        lines.append(f"host ops in the trident step: {len(ops)}")
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(20):
+                step()
+            timing.sync()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+    text = "\n".join(lines) + "\n\ntorch.profiler, 20 trident steps (profiler overhead included):\n" + table
+    if opts.out:
+        os.makedirs(opts.out, exist_ok=True)
+        Path(opts.out, "profile_host.txt").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

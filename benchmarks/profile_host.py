@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--out", default=None)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--pos", type=int, nargs="+", default=[100, 511], help="decode positions to time")
+    ap.add_argument("--skip-ops", action="store_true")
     opts = ap.parse_args()
     import trident
 
@@ -75,7 +77,7 @@ def main():
     lines = []
     with torch.no_grad():
         lines.append(f"{'op':28s} {'eager us':>9s} {'trident us':>10s}")
-        for name, fn, args in op_cases(device, dtype):
+        for name, fn, args in ([] if opts.skip_ops else op_cases(device, dtype)):
             try:
                 fast = trident.compile(fn, max_specializations=4)
                 fast(*args)
@@ -92,21 +94,36 @@ def main():
         caches = model.new_caches(1)
         x = model.new_input(1)
         fast = trident.compile(model.decode_step, max_specializations=8)
-        fast(x, caches, 100)
-        step = lambda: fast(x, caches, 100)  # noqa: E731
-        estep = lambda: model.decode_step(x, caches, 100)  # noqa: E731
-        e, t = time_pair(lambda: estep(), (), step, 100, 5)
-        lines.append(f"{'decode step (' + str(opts.layers) + ' layers)':28s} {e:9.2f} {t:10.2f}")
-        print(lines[-1], flush=True)
+        for pos in opts.pos:
+            fast(x, caches, pos)
+            e, t = time_pair(lambda: model.decode_step(x, caches, pos), (), lambda: fast(x, caches, pos), 100, 5)
+            name = f"decode step, {opts.layers} layers, pos {pos}"
+            if device == "cuda":  # device time alone: each step captured in a CUDA graph and replayed
+                ge = timing.graph_replay_us(lambda: model.decode_step(x, caches, pos))[0]
+                gt = timing.graph_replay_us(lambda: fast(x, caches, pos))[0]
+                lines.append(f"{name:28s} {e:9.2f} {t:10.2f}  graph replay: eager {ge:.2f} trident {gt:.2f}")
+            else:
+                lines.append(f"{name:28s} {e:9.2f} {t:10.2f}")
+            print(lines[-1], flush=True)
+        pos = opts.pos[-1]
         ops = trident.controller(fast).last_ops[-1] if trident.controller(fast).last_ops else []
         lines.append(f"host ops in the trident step: {len(ops)}")
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(20):
-                step()
-            timing.sync()
-        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
-    text = "\n".join(lines) + "\n\ntorch.profiler, 20 trident steps (profiler overhead included):\n" + table
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        tables = []
+        for label, step in (("trident", lambda: fast(x, caches, pos)), ("eager", lambda: model.decode_step(x, caches, pos))):
+            with profile(activities=acts) as prof:
+                for _ in range(20):
+                    step()
+                timing.sync()
+            avg = prof.key_averages()
+            tables.append(f"torch.profiler, 20 {label} steps at pos {pos}, by host time:\n" +
+                          avg.table(sort_by="self_cpu_time_total", row_limit=25))
+            if device == "cuda":
+                tables.append(f"torch.profiler, 20 {label} steps at pos {pos}, by device time:\n" +
+                              avg.table(sort_by="self_device_time_total", row_limit=12))
+        table = "\n\n".join(tables)
+    text = "\n".join(lines) + "\n\n" + table
     if opts.out:
         os.makedirs(opts.out, exist_ok=True)
         Path(opts.out, "profile_host.txt").write_text(text)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ir/ir.h"
+#include "runtime/buffer_reuse.h"
 #include "runtime/frame.h"
 
 namespace trident::runtime {
@@ -36,9 +37,12 @@ struct AtenSite {
   std::vector<ArgPlan> args;
   std::vector<int32_t> result_slots;
   TypedFn typed = nullptr;          // set when a typed entry point serves this op and these operands
+  mutable ReusableBuffer reuse;     // allocation sites only: last call's buffer (buffer_reuse.h)
+  mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed.cpp)
 
   AtenSite(std::string n, c10::OperatorHandle h) : name(std::move(n)), op(std::move(h)) {}
   void invoke(trd_frame& f, const int64_t* dyn) const;
+  bool may_reuse() const;  // an allocation site served by a typed entry point that reuses buffers
 
   // Helpers for typed entry points.
   const at::Tensor& tensor(const trd_frame& f, size_t k) const;

@@ -1,7 +1,10 @@
 // Typed entry points for the hottest ATen ops: at::_ops::<op>::call with arguments taken straight
 // from the frame, skipping IValue boxing. Chosen per site at load time, only when every operand
 // has the plan the typed call expects; anything else stays on the boxed path, which serves all ops.
+#include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
@@ -22,10 +25,13 @@
 #include <ATen/ops/transpose_ops.h>
 #include <ATen/ops/unsqueeze_ops.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <cstring>
 #include <optional>
 
 #include "runtime/aten_site.h"
+#include "runtime/loaded_module.h"
 
 namespace trident::runtime {
 namespace {
@@ -48,8 +54,62 @@ bool plans_are(const AtenSite& s, std::initializer_list<P> kinds) {
   return true;
 }
 
+// Ops with an out= variant write into the site's kept buffer when it may be reused (same request
+// key, nothing else holds it: buffer_reuse.h); otherwise the functional op allocates and its result
+// is kept for the next call. The key holds everything the result's sizes, strides, dtype and device
+// are a function of, so the out= call writes exactly the tensor the functional op would return.
+// Only runs that record no autograd history take this path: out= ops refuse inputs that require
+// grad, and a kept result must not hold a graph alive.
+template <typename Fresh, typename Into>
+void produce(const AtenSite& s, trd_frame& f, ReusableBuffer::Key key, Fresh fresh, Into into) {
+  if (!f.below_autograd) return s.set_result(f, 0, fresh());
+  if (at::Tensor* kept = s.reuse.lookup(key)) {
+    into(*kept);
+    s.set_result(f, 0, *kept);
+    return;
+  }
+  at::Tensor t = fresh();
+  s.reuse.keep(t, std::move(key), f.module->reuse_budget());
+  s.set_result(f, 0, std::move(t));
+}
+
+void push_device(ReusableBuffer::Key& key, const at::Tensor& t) {
+  key.push_back(static_cast<int64_t>(t.scalar_type()));
+  key.push_back(static_cast<int64_t>(t.device().type()));
+  key.push_back(t.device().index());
+}
+
+// [n, k] @ [k, m] -> contiguous [n, m] in a's dtype on a's device.
+ReusableBuffer::Key matmul_key(const at::Tensor& a, int64_t m) {
+  ReusableBuffer::Key key{a.size(0), m};
+  push_device(key, a);
+  return key;
+}
+
+// Elementwise a (op) b: the result's layout follows the inputs' sizes and strides, its dtype their
+// promotion (wrapped numbers promote differently from 0-dim tensors).
+ReusableBuffer::Key binary_key(const at::Tensor& a, const at::Tensor& b) {
+  ReusableBuffer::Key key;
+  for (const at::Tensor* t : {&a, &b}) {
+    key.push_back(t->dim());
+    key.append(t->sizes().begin(), t->sizes().end());
+    key.append(t->strides().begin(), t->strides().end());
+    key.push_back(t->unsafeGetTensorImpl()->is_wrapped_number());
+    push_device(key, *t);
+  }
+  return key;
+}
+
+bool mm_shapes(const at::Tensor& a, const at::Tensor& b) {
+  return a.dim() == 2 && b.dim() == 2 && a.layout() == c10::kStrided && b.layout() == c10::kStrided;
+}
+
 void mm(const AtenSite& s, trd_frame& f, const int64_t*) {
-  s.set_result(f, 0, at::_ops::mm::call(s.tensor(f, 0), s.tensor(f, 1)));
+  const at::Tensor& a = s.tensor(f, 0);
+  const at::Tensor& b = s.tensor(f, 1);
+  if (!mm_shapes(a, b)) return s.set_result(f, 0, at::_ops::mm::call(a, b));  // ATen reports the error
+  produce(s, f, matmul_key(a, b.size(1)), [&] { return at::_ops::mm::call(a, b); },
+          [&](at::Tensor& out) { at::_ops::mm_out::call(a, b, out); });
 }
 void bmm(const AtenSite& s, trd_frame& f, const int64_t*) {
   s.set_result(f, 0, at::_ops::bmm::call(s.tensor(f, 0), s.tensor(f, 1)));
@@ -59,10 +119,17 @@ void addmm(const AtenSite& s, trd_frame& f, const int64_t*) {
                                            s.args[3].constant.toScalar(), s.args[4].constant.toScalar()));
 }
 void add_tensor(const AtenSite& s, trd_frame& f, const int64_t*) {
-  s.set_result(f, 0, at::_ops::add_Tensor::call(s.tensor(f, 0), s.tensor(f, 1), s.args[2].constant.toScalar()));
+  const at::Tensor& a = s.tensor(f, 0);
+  const at::Tensor& b = s.tensor(f, 1);
+  const c10::Scalar alpha = s.args[2].constant.toScalar();
+  produce(s, f, binary_key(a, b), [&] { return at::_ops::add_Tensor::call(a, b, alpha); },
+          [&](at::Tensor& out) { at::_ops::add_out::call(a, b, alpha, out); });
 }
 void mul_tensor(const AtenSite& s, trd_frame& f, const int64_t*) {
-  s.set_result(f, 0, at::_ops::mul_Tensor::call(s.tensor(f, 0), s.tensor(f, 1)));
+  const at::Tensor& a = s.tensor(f, 0);
+  const at::Tensor& b = s.tensor(f, 1);
+  produce(s, f, binary_key(a, b), [&] { return at::_ops::mul_Tensor::call(a, b); },
+          [&](at::Tensor& out) { at::_ops::mul_out::call(a, b, out); });
 }
 void view_const(const AtenSite& s, trd_frame& f, const int64_t*) {
   // The size list is a constant IValue built at load; toIntVector is a small copy, no boxing.
@@ -83,24 +150,80 @@ std::optional<bool> opt_bool(const c10::IValue& v) {
   return v.isNone() ? std::nullopt : std::optional<bool>(v.toBool());
 }
 
-// Allocation before a Triton kernel is the commonest op of all: skip the boxed path for it.
+// torch.use_deterministic_algorithms(True) makes ATen fill new memory (NaN for floats), so a read of
+// uninitialized memory shows; a reused buffer would hold the last call's data instead.
+bool fills_uninitialized() {
+  const auto& ctx = at::globalContext();
+  return ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory();
+}
+
+// Allocation before a Triton kernel is the commonest op of all: skip the boxed path for it, and
+// hand out last call's buffer again when nothing else can see it (buffer_reuse.h).
 void empty_like(const AtenSite& s, trd_frame& f, const int64_t*) {
   const auto& a = s.args;
-  s.set_result(f, 0, at::_ops::empty_like::call(s.tensor(f, 0), opt_enum<at::ScalarType>(a[1].constant),
-                                                opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
-                                                opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant)));
+  const at::Tensor& like = s.tensor(f, 0);
+  // The result's metadata is a function of the template's sizes and strides and the constants.
+  ReusableBuffer::Key key(like.sizes().begin(), like.sizes().end());
+  key.append(like.strides().begin(), like.strides().end());
+  key.push_back(static_cast<int64_t>(like.scalar_type()));
+  key.push_back(static_cast<int64_t>(like.device().type()));
+  key.push_back(like.device().index());
+  if (const at::Tensor* kept = fills_uninitialized() ? nullptr : s.reuse.lookup(key)) {
+    s.set_result(f, 0, *kept);
+    return;
+  }
+  at::Tensor t = at::_ops::empty_like::call(like, opt_enum<at::ScalarType>(a[1].constant),
+                                            opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
+                                            opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant));
+  s.reuse.keep(t, std::move(key), f.module->reuse_budget());
+  s.set_result(f, 0, std::move(t));
 }
+// torch.empty on the current CUDA device, contiguous, strided: exactly what ATen's CUDA empty does
+// after its dispatch and option handling (empty_cuda -> empty_generic with the CUDA caching
+// allocator), without them. Anything else, or another device than the current one, returns an
+// undefined tensor and the caller takes the dispatcher.
+at::Tensor cuda_empty_fast(const AtenSite& s, c10::IntArrayRef sizes) {
+  const auto& a = s.args;
+  if (!a[1].constant.isInt() || !a[3].constant.isDevice()) return {};
+  const c10::Device d = a[3].constant.toDevice();
+  if (d.type() != c10::DeviceType::CUDA) return {};
+  if (!a[2].constant.isNone() && static_cast<c10::Layout>(a[2].constant.toInt()) != c10::kStrided) return {};
+  if (!a[4].constant.isNone() && a[4].constant.toBool()) return {};
+  if (!a[5].constant.isNone() && static_cast<c10::MemoryFormat>(a[5].constant.toInt()) != c10::MemoryFormat::Contiguous)
+    return {};
+  auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  if (d.has_index() && impl->getDevice() != d) return {};
+  return at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::CUDA),
+                                   c10::DispatchKeySet(c10::DispatchKey::CUDA),
+                                   static_cast<at::ScalarType>(a[1].constant.toInt()), std::nullopt);
+}
+
 void empty_memory_format(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   const auto& a = s.args;
-  c10::SmallVector<c10::SymInt, 6> sizes;
+  ReusableBuffer::Key key;
   if (a[0].kind == P::Const) {
-    for (int64_t v : a[0].constant.toIntList()) sizes.emplace_back(v);
+    for (int64_t v : a[0].constant.toIntList()) key.push_back(v);
   } else {
-    for (const auto& it : a[0].items) sizes.emplace_back(it.kind == ir::Operand::Kind::Sym ? dyn[it.i] : it.i);
+    for (const auto& it : a[0].items) key.push_back(it.kind == ir::Operand::Kind::Sym ? dyn[it.i] : it.i);
   }
-  s.set_result(f, 0, at::_ops::empty_memory_format::call(sizes, opt_enum<at::ScalarType>(a[1].constant),
-                                                         opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
-                                                         opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant)));
+  const size_t rank = key.size();
+  if (a[3].constant.isDevice()) {  // "cuda" without an index allocates on the current device
+    const c10::Device d = a[3].constant.toDevice();
+    if (!d.has_index() && !d.is_cpu()) key.push_back(c10::impl::getDeviceGuardImpl(d.type())->getDevice().index());
+  }
+  const bool fill = fills_uninitialized();
+  if (const at::Tensor* kept = fill ? nullptr : s.reuse.lookup(key)) {
+    s.set_result(f, 0, *kept);
+    return;
+  }
+  const c10::IntArrayRef sizes(key.data(), rank);
+  at::Tensor t = fill ? at::Tensor() : cuda_empty_fast(s, sizes);
+  if (!t.defined())
+    t = at::_ops::empty_memory_format::call(c10::fromIntArrayRefSlow(sizes), opt_enum<at::ScalarType>(a[1].constant),
+                                            opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
+                                            opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant));
+  s.reuse.keep(t, std::move(key), f.module->reuse_budget());
+  s.set_result(f, 0, std::move(t));
 }
 
 // An int operand (constant or runtime) and an int list operand (constant or with runtime items).
@@ -128,10 +251,39 @@ std::optional<c10::SymInt> opt_sym(const AtenSite& s, size_t k, const int64_t* d
   return c10::SymInt(int_at(s, k, dyn));
 }
 
+// F.linear of a 2-D input is what ATen's own linear computes after two composite layers:
+// addmm(bias, x, w.t()) with a bias, matmul(x, w.t()) = mm(x, w.t()) without. Calling mm/addmm
+// directly skips linear, matmul, t and transpose dispatches; the transposed weight view is kept
+// per site for captured state (a parameter) and rebuilt whenever the weight's data pointer, dtype,
+// sizes or strides change; a weight passed as an argument is not kept (its memory is the caller's).
+at::Tensor transposed_weight(const AtenSite& s, const at::Tensor& w) {
+  if (s.args[1].ref.kind != ir::Operand::Kind::StateRef) return at::_ops::t::call(w);
+  at::Tensor& wt = s.view_cache;
+  if (!wt.defined() || wt.data_ptr() != w.data_ptr() || wt.scalar_type() != w.scalar_type() ||
+      wt.device() != w.device() || wt.size(0) != w.size(1) || wt.size(1) != w.size(0) ||
+      wt.stride(0) != w.stride(1) || wt.stride(1) != w.stride(0))
+    wt = at::_ops::t::call(w);
+  return wt;
+}
 void linear(const AtenSite& s, trd_frame& f, const int64_t*) {
+  const at::Tensor& x = s.tensor(f, 0);
+  const at::Tensor& w = s.tensor(f, 1);
+  const bool has_bias = s.args[2].kind == P::Tensor;
+  if (mm_shapes(x, w)) {
+    const at::Tensor wt = transposed_weight(s, w);
+    if (has_bias) {
+      const at::Tensor& bias = s.tensor(f, 2);
+      produce(s, f, matmul_key(x, w.size(0)), [&] { return at::_ops::addmm::call(bias, x, wt, 1, 1); },
+              [&](at::Tensor& out) { at::_ops::addmm_out::call(bias, x, wt, 1, 1, out); });
+    } else {
+      produce(s, f, matmul_key(x, w.size(0)), [&] { return at::_ops::mm::call(x, wt); },
+              [&](at::Tensor& out) { at::_ops::mm_out::call(x, wt, out); });
+    }
+    return;
+  }
   std::optional<at::Tensor> bias;
-  if (s.args[2].kind == P::Tensor) bias = s.tensor(f, 2);
-  s.set_result(f, 0, at::_ops::linear::call(s.tensor(f, 0), s.tensor(f, 1), bias));
+  if (has_bias) bias = s.tensor(f, 2);
+  s.set_result(f, 0, at::_ops::linear::call(x, w, bias));
 }
 void slice(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   s.set_result(f, 0, at::_ops::slice_Tensor::call(s.tensor(f, 0), int_at(s, 1, dyn), opt_sym(s, 2, dyn),
@@ -170,6 +322,11 @@ void copy_inplace(const AtenSite& s, trd_frame& f, const int64_t*) {
 }
 
 }  // namespace
+
+bool AtenSite::may_reuse() const {
+  return typed == empty_like || typed == empty_memory_format || typed == mm || typed == linear ||
+         typed == add_tensor || typed == mul_tensor;
+}
 
 TypedFn find_typed(const AtenSite& site) {
   const std::string& n = site.name;

@@ -20,5 +20,6 @@ struct trd_frame {
   const at::Tensor* state = nullptr;        // captured module state (borrowed)
   int32_t nargs = 0;
   int32_t nstate = 0;
+  bool below_autograd = false;              // the run cannot record autograd history (scm_object.cpp)
   std::string error;                        // set by a failing runtime call
 };

@@ -32,12 +32,31 @@ std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path) {
     }
   }
   for (int32_t s = 0; s < mod->m_->nspecs; ++s) mod->outputs_.push_back(ir::parse_operand(mod->m_->outputs[s]));
+  mod->alloc_sites_.resize(mod->m_->nspecs);
+  for (int32_t k = 0; k < mod->m_->nsites; ++k)
+    if (!mod->is_launch(k) && mod->aten_site(k).may_reuse())
+      mod->alloc_sites_[mod->m_->site_spec[k]].push_back(mod->site_index_[k]);
   return mod;
 }
 
 bool LoadedModule::run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const {
   f.module = this;
   return m_->run[spec](runtime_table(), &f, leaves, out_ints) == 0;
+}
+
+void LoadedModule::finish_run(int32_t spec) const {
+  for (int32_t k : alloc_sites_[spec]) sites_[k].reuse.check_escape(reuse_budget_);
+}
+
+LoadedModule::ReuseStats LoadedModule::reuse_stats() const {
+  ReuseStats r;
+  for (const auto& spec : alloc_sites_)
+    for (int32_t k : spec) {
+      r.holding += sites_[k].reuse.holding();
+      r.escaped += sites_[k].reuse.escaped();
+    }
+  r.bytes = reuse_budget_.used();
+  return r;
 }
 
 }  // namespace trident::runtime

@@ -39,8 +39,13 @@ std::string read_file(const std::string& path) {
   return s;
 }
 
-// The device's primary context (the one PyTorch's runtime uses), retained once per device.
+// The device's primary context (the one PyTorch's runtime uses), retained once per device; after
+// that a lookup is one atomic read, since it runs on every launch.
 CUcontext primary_context(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<CUcontext>, kMaxDevices> retained{};
+  if (device >= 0 && device < kMaxDevices)
+    if (CUcontext ctx = retained[device].load(std::memory_order_acquire)) return ctx;
   static std::mutex mu;
   static std::unordered_map<int, CUcontext> contexts;
   std::lock_guard<std::mutex> lock(mu);
@@ -52,6 +57,7 @@ CUcontext primary_context(int device) {
   cuda::check(d.DeviceGet(&dev, device), "cuDeviceGet");
   cuda::check(d.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   contexts[device] = ctx;
+  if (device >= 0 && device < kMaxDevices) retained[device].store(ctx, std::memory_order_release);
   return ctx;
 }
 
@@ -108,7 +114,7 @@ KernelInfo::KernelInfo(ir::Kernel decl) : decl_(std::move(decl)) {
   cubin_ = read_file(decl_.cubin);
 }
 
-void* KernelInfo::function(int device) const {
+void* KernelInfo::load(int device) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = functions_.find(device);
   if (it != functions_.end()) return it->second;
@@ -138,6 +144,7 @@ void* KernelInfo::function(int device) const {
     cuda::check(d.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                 what + ": cuFuncSetAttribute");
   functions_[device] = reinterpret_cast<void*>(fn);
+  if (device >= 0 && device < kMaxDevices) loaded_[device].store(fn, std::memory_order_release);
   return fn;
 }
 
@@ -200,13 +207,14 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
     ptrs[p] = &slots[p];
   }
   auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-  if (device < 0) device = impl->getDevice().index();
+  const c10::Device current = impl->getDevice();
+  if (device < 0) device = current.index();
   const c10::Device cuda_device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
   if ((uint64_t)grid[0] * grid[1] * grid[2] == 0) return;  // Triton skips empty grids too
 
   // Switch devices only when the kernel's device is not already current (the common case is free).
   std::optional<c10::DeviceGuard> device_guard;
-  if (impl->getDevice() != cuda_device) device_guard.emplace(cuda_device);
+  if (current != cuda_device) device_guard.emplace(cuda_device);
   CUstream stream = static_cast<CUstream>(impl->getStream(cuda_device).native_handle());
   // Scratch buffers live until the launch is queued: the caching allocator orders their reuse after
   // this stream's work, exactly as Triton's launcher dropping its buffer after the launch.

@@ -7,6 +7,8 @@
 // Every driver call is checked and a failure names the kernel.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -26,15 +28,23 @@ class KernelInfo {
   explicit KernelInfo(ir::Kernel decl);
   const ir::Kernel& decl() const { return decl_; }
   const std::vector<CType>& params() const { return params_; }
-  // CUfunction (as void*) for `device`, loading the cubin on first use.
-  void* function(int device) const;
+  // CUfunction (as void*) for `device`, loading the cubin on first use. After that first load the
+  // lookup is one atomic read (no lock): it runs on every launch.
+  void* function(int device) const {
+    if (device >= 0 && device < kMaxDevices)
+      if (void* fn = loaded_[device].load(std::memory_order_acquire)) return fn;
+    return load(device);
+  }
 
  private:
+  static constexpr int kMaxDevices = 64;
+  void* load(int device) const;
   ir::Kernel decl_;
   std::vector<CType> params_;
   std::string cubin_;
   mutable std::mutex mu_;
   mutable std::unordered_map<int, void*> functions_;
+  mutable std::array<std::atomic<void*>, kMaxDevices> loaded_{};
 };
 
 struct LaunchSite {

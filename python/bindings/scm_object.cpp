@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <memory>
@@ -99,6 +100,18 @@ trd_call make_call(const FlatArgs& flat) {
   return c;
 }
 
+// True when this call cannot record autograd history: grad mode is off, or no tensor it reads
+// requires grad. The program then runs below the Autograd dispatch keys, as VariableType's own
+// kernels do (ADInplaceOrView stays on, so views and version counters behave as in eager).
+bool needs_no_autograd(const ScmState* st, const FlatArgs& flat) {
+  if (!at::GradMode::is_enabled()) return true;
+  for (const auto& leaf : flat.leaves)
+    if (leaf.kind == TRD_TENSOR && (leaf.flags & TRD_REQUIRES_GRAD)) return false;
+  for (const auto& t : st->state)
+    if (t.requires_grad()) return false;
+  return true;
+}
+
 PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t spec, const FlatArgs& flat) {
   ScmState* st = self->st;
   int32_t nslots = mod.num_slots(spec);
@@ -110,11 +123,22 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   f.state = st->state.data();
   f.nargs = static_cast<int32_t>(flat.tensors.size());
   f.nstate = static_cast<int32_t>(st->state.size());
-  if (!mod.run(spec, f, flat.leaves.data(), out_ints.data())) {
-    PyErr_SetString(PyExc_RuntimeError, f.error.c_str());
-    return nullptr;
+  bool ok;
+  if (needs_no_autograd(st, flat)) {
+    f.below_autograd = true;
+    at::AutoDispatchBelowAutograd below_autograd;
+    ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
+  } else {
+    ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
   }
-  return build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), st->state.data(), out_ints.data());
+  PyObject* out = nullptr;
+  if (!ok)
+    PyErr_SetString(PyExc_RuntimeError, f.error.c_str());
+  else
+    out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), st->state.data(), out_ints.data());
+  for (auto& t : slots) t.reset();  // the frame is gone: what is still held now has escaped
+  mod.finish_run(spec);
+  return out;
 }
 
 PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -225,11 +249,15 @@ PyObject* scm_clear(PyObject* py_self, PyObject*) {
 
 PyObject* scm_counters(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d}", "hits", (unsigned long long)st->hits, "misses",
-                       (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
+  runtime::LoadedModule::ReuseStats reuse;
+  if (st->loaded) reuse = st->loaded->reuse_stats();
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
+                       "misses", (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
                        "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
                        (unsigned long long)st->fallbacks, "module_cache_loads",
-                       (unsigned long long)st->cache_loads, "compile_seconds", st->compile_seconds);
+                       (unsigned long long)st->cache_loads, "compile_seconds", st->compile_seconds,
+                       "reused_buffers", (long long)reuse.holding, "escaped_buffers", (long long)reuse.escaped,
+                       "reused_bytes", (long long)reuse.bytes);
 }
 
 PyObject* scm_note_fallback(PyObject* py_self, PyObject*) {

@@ -50,5 +50,7 @@ def controller(compiled) -> CompiledFunction:
 
 def counters(compiled) -> dict:
     """Integer counters of a compiled function: hits, misses, compiles, specializations, fallbacks,
-    module_cache_loads (modules reused from the disk cache), and compile_seconds (float)."""
+    module_cache_loads (modules reused from the disk cache), compile_seconds (float), and the
+    allocation sites that hand their buffer out again on the next call: reused_buffers (sites holding
+    one now), escaped_buffers (sites that stopped because a result kept their buffer), reused_bytes."""
     return controller(compiled).scm.counters()

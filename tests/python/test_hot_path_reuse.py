@@ -1,0 +1,188 @@
+"""The hot path's shortcuts, each checked against eager and exact counters on CPU tensors:
+allocation sites that hand their buffer out again (csrc/runtime/buffer_reuse.h), F.linear of a 2-D
+input through mm/addmm with a kept transposed weight view, and runs below the Autograd keys when
+the call cannot record history."""
+import torch
+import torch.nn as nn
+from torch.profiler import ProfilerActivity, profile
+
+import trident
+
+
+def aten_calls(fn, *args, name="aten::empty"):
+    """How many times `name` is dispatched while fn(*args) runs (the dispatcher's own record)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn(*args)
+    return sum(e.count for e in prof.key_averages() if e.key == name)
+
+
+def stacked_sum(x, y):
+    buf = torch.empty(4, x.shape[1])  # internal: written in place, read, never returned
+    buf[:2] = x
+    buf[2:] = y
+    return buf.sum(0)
+
+
+def stacked(x, y):
+    buf = torch.empty(4, x.shape[1])
+    buf[:2] = x
+    buf[2:] = y
+    return buf
+
+
+def stacked_tail(x, y):
+    buf = torch.empty(4, x.shape[1])
+    buf[:2] = x
+    buf[2:] = y
+    return buf[1:]  # a view: the buffer's storage escapes with it
+
+
+def pairs(n=3, cols=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(2, cols, generator=g), torch.randn(2, cols, generator=g)) for _ in range(n)]
+
+
+def test_internal_buffer_is_reused_and_every_call_matches_eager():
+    fast = trident.compile(stacked_sum)
+    for x, y in pairs():
+        torch.testing.assert_close(fast(x, y), stacked_sum(x, y), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"], c["reused_bytes"]) == (1, 0, 4 * 8 * 4)
+    x, y = pairs(1, seed=5)[0]
+    assert aten_calls(fast, x, y) == 0, "a hit allocated the internal buffer again"
+    assert aten_calls(stacked_sum, x, y) == 1
+    torch.testing.assert_close(fast(x, y), stacked_sum(x, y), rtol=0, atol=0)
+
+
+def test_returned_buffer_is_never_handed_out_again():
+    fast = trident.compile(stacked)
+    (x1, y1), (x2, y2), (x3, y3) = pairs()
+    out1 = fast(x1, y1)
+    out2 = fast(x2, y2)
+    del out2
+    out3 = fast(x3, y3)  # out2 is gone: a recycling bug would hand its buffer (or out1's) out here
+    torch.testing.assert_close(out1, stacked(x1, y1), rtol=0, atol=0)
+    torch.testing.assert_close(out3, stacked(x3, y3), rtol=0, atol=0)
+    assert out1.data_ptr() != out3.data_ptr()
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"], c["reused_bytes"]) == (0, 1, 0)
+    assert aten_calls(fast, x1, y1) == 1
+
+
+def test_buffer_whose_view_is_returned_is_never_handed_out_again():
+    fast = trident.compile(stacked_tail)
+    (x1, y1), (x2, y2) = pairs(2)
+    out1 = fast(x1, y1)
+    out2 = fast(x2, y2)
+    torch.testing.assert_close(out1, stacked_tail(x1, y1), rtol=0, atol=0)
+    torch.testing.assert_close(out2, stacked_tail(x2, y2), rtol=0, atol=0)
+    assert out1.untyped_storage().data_ptr() != out2.untyped_storage().data_ptr()
+    assert trident.counters(fast)["escaped_buffers"] == 1
+
+
+def test_reused_buffer_follows_a_dynamic_size():
+    fast = trident.compile(stacked_sum, dynamic=True)
+    for cols in (8, 8, 12, 12, 8):
+        x, y = pairs(1, cols=cols, seed=cols)[0]
+        torch.testing.assert_close(fast(x, y), stacked_sum(x, y), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert c["specializations"] == 1 and c["reused_buffers"] == 1 and c["escaped_buffers"] == 0
+    assert c["reused_bytes"] == 4 * 8 * 4  # the last call's size
+
+
+class TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(16, 24)
+        self.b = nn.Linear(24, 8, bias=False)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_linear_of_a_2d_input_matches_eager_exactly_and_follows_weight_updates():
+    model = TwoLinears().eval()
+    fast = trident.compile(model)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
+        assert aten_calls(fast, x, name="aten::linear") == 0  # served by addmm / mm
+        assert aten_calls(fast, x, name="aten::addmm") == 1 and aten_calls(fast, x, name="aten::mm") == 1
+        model.b.weight.mul_(2.0)  # in place: the kept transposed view sees it
+        torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
+        model.b.weight.data = torch.randn(8, 24)  # new storage: the view is rebuilt
+        torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
+        x3 = torch.randn(2, 5, 16)  # a 3-D input keeps ATen's linear
+        torch.testing.assert_close(fast(x3), model(x3), rtol=0, atol=0)
+        assert aten_calls(fast, x3, name="aten::linear") == 2
+
+
+def test_run_below_autograd_keeps_eager_semantics():
+    def f(x, w):
+        x.add_(1)
+        return torch.relu(x @ w) * 2
+
+    fast = trident.compile(f)
+    w = torch.randn(4, 5)
+    for _ in range(2):  # grad mode on, nothing requires grad: outputs carry no history
+        a, b = torch.zeros(3, 4), torch.zeros(3, 4)
+        va, vb = a._version, b._version
+        out, ref = fast(a, w), f(b, w)
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        assert not out.requires_grad and out.grad_fn is None
+        assert a._version - va == b._version - vb  # the in-place write still bumps the version
+    wg = torch.randn(4, 5, requires_grad=True)  # a tensor that requires grad: history recorded
+    out = fast(torch.zeros(3, 4), wg)
+    assert out.requires_grad and out.grad_fn is not None
+    out.sum().backward()
+    ref_w = wg.detach().clone().requires_grad_(True)
+    f(torch.zeros(3, 4), ref_w).sum().backward()
+    torch.testing.assert_close(wg.grad, ref_w.grad)
+
+
+def chain(a, b, w):
+    h = a + b
+    g = h * a
+    return torch.mm(g, w).sum(1)
+
+
+def chain_out(a, b, w):
+    h = a + b
+    return h, torch.mm(h * a, w)
+
+
+def test_out_variants_write_reused_buffers_and_match_eager():
+    fast = trident.compile(chain)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        a, b, w = torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g), torch.randn(5, 7, generator=g)
+        torch.testing.assert_close(fast(a, b, w), chain(a, b, w), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"]) == (3, 0)  # add, mul, mm
+    assert c["reused_bytes"] == (6 * 5 * 2 + 6 * 7) * 4
+
+
+def test_out_variant_results_that_are_returned_are_fresh_every_call():
+    fast = trident.compile(chain_out)
+    g = torch.Generator().manual_seed(4)
+    args = [tuple(torch.randn(s, generator=g) for s in ((6, 5), (6, 5), (5, 7))) for _ in range(3)]
+    outs = [fast(*a) for a in args]
+    for a, out in zip(args, outs):  # earlier results were not overwritten by later calls
+        torch.testing.assert_close(out, chain_out(*a), rtol=0, atol=0)
+    assert outs[0][1].data_ptr() != outs[2][1].data_ptr()
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"]) == (1, 2)  # mul is internal; add, mm returned
+
+
+def test_deterministic_fill_of_new_memory_turns_reuse_off():
+    fast = trident.compile(stacked_sum)
+    x, y = pairs(1)[0]
+    fast(x, y)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert aten_calls(fast, x, y) == 1  # allocates (and fills) every call, as eager does
+        torch.testing.assert_close(fast(x, y), stacked_sum(x, y), rtol=0, atol=0)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert aten_calls(fast, x, y) == 0

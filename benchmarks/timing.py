@@ -5,6 +5,7 @@ Host time per call is wall time over a loop of calls with a device sync every `s
 so it is what a caller sees when the host cannot run ahead of the GPU by more than that many calls.
 Every figure is the median of several repeats, taken after a warm-up.
 """
+import contextlib
 import os
 import shutil
 import statistics
@@ -18,6 +19,31 @@ import torch
 NATIVE_SRC = Path(__file__).resolve().with_name("native_floor.cu")
 
 
+def timing_cpu():
+    """The one CPU every timed loop runs on (the last this process may use), in every worker and in
+    the native floor: host costs measured on different cores of a VM differed by up to 30% between
+    processes (benchmarks/NOTES.md), so all modes are timed on the same one."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return max(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def pinned():
+    """Run the block on timing_cpu() alone, then restore the previous CPU set (compile workers and
+    other untimed work keep every CPU)."""
+    cpu = timing_cpu()
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def sync():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -25,18 +51,19 @@ def sync():
 
 def host_us_per_call(fn, args=(), calls=1000, repeats=5, warmup=50, sync_every=100):
     """Median over `repeats` of the wall time per call (µs) of `calls` calls to fn(*args)."""
-    for _ in range(warmup):
-        fn(*args)
-    sync()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for i in range(1, calls + 1):
+    with pinned():
+        for _ in range(warmup):
             fn(*args)
-            if i % sync_every == 0:
-                sync()
         sync()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for i in range(1, calls + 1):
+                fn(*args)
+                if i % sync_every == 0:
+                    sync()
+            sync()
+            samples.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(samples), samples
 
 
@@ -44,13 +71,14 @@ def sequence_us_per_step(run_sequence, n_steps, reset, repeats=5):
     """Median µs per step of run_sequence() (n_steps calls, synced at the end); reset() restores the
     initial state before each repeat and is not timed."""
     samples = []
-    for _ in range(repeats):
-        reset()
-        sync()
-        t0 = time.perf_counter()
-        run_sequence()
-        sync()
-        samples.append((time.perf_counter() - t0) / n_steps * 1e6)
+    with pinned():
+        for _ in range(repeats):
+            reset()
+            sync()
+            t0 = time.perf_counter()
+            run_sequence()
+            sync()
+            samples.append((time.perf_counter() - t0) / n_steps * 1e6)
     return statistics.median(samples), samples
 
 
@@ -118,7 +146,9 @@ def native_floor_us(arch="sm_90", timeout=240):
                     break
             else:
                 return {"status": "unavailable", "message": "nvcc failed: " + log[-2000:]}
-            run = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+            cpu = timing_cpu()
+            pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+            run = subprocess.run([exe], capture_output=True, text=True, timeout=timeout, preexec_fn=pin)
         except (OSError, subprocess.TimeoutExpired) as e:
             return {"status": "unavailable", "message": f"{type(e).__name__}: {e}"}
         if run.returncode != 0:

@@ -7,6 +7,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct AtenSite {
   TypedFn typed = nullptr;          // set when a typed entry point serves this op and these operands
   mutable ReusableBuffer reuse;     // allocation sites only: last call's buffer (buffer_reuse.h)
   mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed.cpp)
+  std::shared_ptr<void> typed_handle;  // generic typed sites: their c10::TypedOperatorHandle
 
   AtenSite(std::string n, c10::OperatorHandle h) : name(std::move(n)), op(std::move(h)) {}
   void invoke(trd_frame& f, const int64_t* dyn) const;
@@ -57,6 +59,6 @@ AtenSite resolve_site(const ir::Instr& call);
 const at::Tensor& tensor_at(const trd_frame& f, const ir::Operand& loc);
 
 // Typed entry points (aten_typed.cpp): returns nullptr when none applies.
-TypedFn find_typed(const AtenSite& site);
+TypedFn find_typed(AtenSite& site);
 
 }  // namespace trident::runtime

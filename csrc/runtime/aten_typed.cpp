@@ -323,12 +323,98 @@ void copy_inplace(const AtenSite& s, trd_frame& f, const int64_t*) {
 
 }  // namespace
 
+// ---- any functional op of a common signature, called unboxed ---------------------------------
+// Elementwise and pointwise ops (relu, rsqrt, pow.Tensor_Scalar, sub.Tensor, add.Scalar, ...) share
+// a few C++ signatures. For a site whose schema is exactly one of them (no alias annotations, one
+// Tensor result) the typed handle is taken once at load and called with the operands as they are,
+// skipping the IValue stack. TypedOperatorHandle checks the signature against the registered
+// kernel when it is taken; a mismatch leaves the site boxed.
+using SigT = at::Tensor(const at::Tensor&);
+using SigTT = at::Tensor(const at::Tensor&, const at::Tensor&);
+using SigTS = at::Tensor(const at::Tensor&, const c10::Scalar&);
+using SigTTS = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::Scalar&);
+using SigTSS = at::Tensor(const at::Tensor&, const c10::Scalar&, const c10::Scalar&);
+
+// A Tensor operand: a location, or a constant tensor (a Python number as a wrapped 0-dim tensor).
+const at::Tensor& tensor_operand(const AtenSite& s, const trd_frame& f, size_t k) {
+  const ArgPlan& p = s.args[k];
+  return p.kind == P::Tensor ? tensor_at(f, p.ref) : p.constant.toTensor();
+}
+
+template <class Sig>
+const c10::TypedOperatorHandle<Sig>& handle(const AtenSite& s) {
+  return *static_cast<const c10::TypedOperatorHandle<Sig>*>(s.typed_handle.get());
+}
+
+void generic_t(const AtenSite& s, trd_frame& f, const int64_t*) {
+  s.set_result(f, 0, handle<SigT>(s).call(tensor_operand(s, f, 0)));
+}
+void generic_tt(const AtenSite& s, trd_frame& f, const int64_t*) {
+  s.set_result(f, 0, handle<SigTT>(s).call(tensor_operand(s, f, 0), tensor_operand(s, f, 1)));
+}
+void generic_ts(const AtenSite& s, trd_frame& f, const int64_t*) {
+  s.set_result(f, 0, handle<SigTS>(s).call(tensor_operand(s, f, 0), s.args[1].constant.toScalar()));
+}
+void generic_tts(const AtenSite& s, trd_frame& f, const int64_t*) {
+  s.set_result(f, 0, handle<SigTTS>(s).call(tensor_operand(s, f, 0), tensor_operand(s, f, 1),
+                                            s.args[2].constant.toScalar()));
+}
+void generic_tss(const AtenSite& s, trd_frame& f, const int64_t*) {
+  s.set_result(f, 0, handle<SigTSS>(s).call(tensor_operand(s, f, 0), s.args[1].constant.toScalar(),
+                                            s.args[2].constant.toScalar()));
+}
+
+// 'T' for a Tensor formal whose operand is a location or a constant tensor, 'S' for a Scalar formal
+// with a constant number; anything else ends the match.
+std::string generic_signature(const AtenSite& site) {
+  const auto& schema = site.op.schema();
+  if (schema.returns().size() != 1 || schema.returns()[0].type()->kind() != c10::TypeKind::TensorType ||
+      schema.returns()[0].alias_info() || schema.is_vararg() || schema.is_varret())
+    return "";
+  std::string sig;
+  const auto& formals = schema.arguments();
+  for (size_t k = 0; k < formals.size(); ++k) {
+    const auto& a = formals[k];
+    const ArgPlan& p = site.args[k];
+    if (a.alias_info()) return "";
+    const auto kind = a.type()->kind();
+    if (kind == c10::TypeKind::TensorType && (p.kind == P::Tensor || (p.kind == P::Const && p.constant.isTensor())))
+      sig += 'T';
+    else if (kind == c10::TypeKind::NumberType && p.kind == P::Const &&
+             (p.constant.isInt() || p.constant.isDouble() || p.constant.isBool()))
+      sig += 'S';
+    else
+      return "";
+  }
+  return sig;
+}
+
+template <class Sig>
+TypedFn take_handle(AtenSite& site, TypedFn fn) {
+  try {
+    site.typed_handle = std::make_shared<c10::TypedOperatorHandle<Sig>>(site.op.typed<Sig>());
+    return fn;
+  } catch (const c10::Error&) {
+    return nullptr;  // the registered kernel has another C++ signature: stay boxed
+  }
+}
+
+TypedFn find_generic(AtenSite& site) {
+  const std::string sig = generic_signature(site);
+  if (sig == "T") return take_handle<SigT>(site, generic_t);
+  if (sig == "TT") return take_handle<SigTT>(site, generic_tt);
+  if (sig == "TS") return take_handle<SigTS>(site, generic_ts);
+  if (sig == "TTS") return take_handle<SigTTS>(site, generic_tts);
+  if (sig == "TSS") return take_handle<SigTSS>(site, generic_tss);
+  return nullptr;
+}
+
 bool AtenSite::may_reuse() const {
   return typed == empty_like || typed == empty_memory_format || typed == mm || typed == linear ||
          typed == add_tensor || typed == mul_tensor;
 }
 
-TypedFn find_typed(const AtenSite& site) {
+TypedFn find_typed(AtenSite& site) {
   const std::string& n = site.name;
   if (n == "aten::mm" && plans_are(site, {P::Tensor, P::Tensor})) return mm;
   if (n == "aten::bmm" && plans_are(site, {P::Tensor, P::Tensor})) return bmm;
@@ -363,7 +449,7 @@ TypedFn find_typed(const AtenSite& site) {
       (site.args[0].kind == P::Const || site.args[0].kind == P::IntList) &&
       plans_are_from(site, 1, {P::Const, P::Const, P::Const, P::Const, P::Const}))
     return empty_memory_format;
-  return nullptr;
+  return find_generic(site);
 }
 
 }  // namespace trident::runtime

@@ -11,6 +11,10 @@ _installed = False
 
 
 def _bump(*_args):
+    # Modules built while a graph is traced (HF's `self.layers[:n]` slices a ModuleList inside
+    # forward) are temporaries of the trace, and Dynamo cannot trace a C function: skip them.
+    if torch.compiler.is_compiling():
+        return
     _C.bump_state_epoch()
 
 

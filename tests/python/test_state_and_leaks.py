@@ -81,3 +81,27 @@ def test_runtime_error_leaves_no_reference_behind():
                 assert "embedding" in str(e)
         assert sys.getrefcount(table) == before
         torch.testing.assert_close(fast(good, table), table[good])
+
+
+class SlicedLayers(torch.nn.Module):
+    """HF Llama's pattern: forward slices a ModuleList, which registers modules during the trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers[:2]:
+            x = layer(x)
+        return x
+
+
+def test_module_built_inside_forward_does_not_break_capture():
+    m = SlicedLayers().eval()
+    fast = trident.compile(m)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x), m(x))
+    c = trident.counters(fast)
+    assert (c["compiles"], c["fallbacks"], c["hits"]) == (1, 0, 2)

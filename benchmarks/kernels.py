@@ -130,6 +130,29 @@ def rotary_ref(qkv, cos, sin, pos, n_heads, head_dim):
     return rot(q), rot(k)
 
 
+# ---- SiLU, elementwise (the activation of the HF Llama MLP) --------------------------------------
+
+@triton.jit
+def silu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs, (x * tl.sigmoid(x)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def silu(x):
+    """silu(x) = x * sigmoid(x) of a contiguous tensor of any shape."""
+    assert x.is_contiguous(), "silu expects a contiguous tensor"
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = x.numel()
+    silu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+    return out
+
+
+def silu_ref(x):
+    return F.silu(x.float()).to(x.dtype)
+
+
 # ---- SiLU(gate) * up, from the fused gate_up projection ---------------------------------------
 
 @triton.jit

@@ -1,4 +1,5 @@
-"""Turns the collected results (run.py's JSON) into the text table and the decode chart."""
+"""Turns the collected results (run.py's JSON) into the text table and the decode chart (the HF
+Llama suite is in the table only)."""
 import math
 
 import cases
@@ -120,6 +121,50 @@ def decode_table(results):
     return lines
 
 
+def _hf_check(entry):
+    c = entry.get("check")
+    if not c:
+        return ""
+    return ("ok " if c.get("ok") else "FAILED ") + f"{c.get('match')}/{c.get('total')}"
+
+
+def hf_table(results):
+    """Greedy generation with the HF Llama: tokens/s of the timed decode steps, per batch and mode."""
+    cfg = results.get("hf_config", {})
+    kernels = "Triton RMSNorm + SiLU" if str(cfg.get("triton_modules", "0")) not in ("0", "None") else \
+        "HF's own RMSNorm + SiLU (no Triton)"
+    widths, align = [5, 24, 10, 7, 9, 14, 8, 7, 0], "rlrrrlrrl"
+    g = cfg.get
+    lines = [f"HF Llama greedy {g('new_tokens', 64)} tokens, tokens/s: transformers {g('transformers', '?')} "
+             f"LlamaForCausalLM, {g('layers')} layers, hidden {g('hidden')}, {g('heads')} heads / {g('kv_heads')} kv, "
+             f"ffn {g('intermediate')}, vocab {g('vocab')}, {g('dtype', '').replace('torch.', '')}, "
+             f"{g('attn_implementation', '?')} attention, {kernels}",
+             f"tok/s = batch x {cfg.get('new_tokens', 64)} / time of the {cfg.get('new_tokens', 64)} decode steps "
+             f"(after a {cfg.get('prompt_len', 16)}-token prefill through the same step; median of repeats); "
+             "x eager = tok/s / eager's (above 1 is faster)",
+             "check = greedy tokens equal to eager's in the same run (matching/total, prefill's token included); "
+             "first s = first call (capture + compile + run)", "",
+             _row(["batch", "mode", "tok/s", "x eager", "ms/step", "check", "peak MiB", "first s", "note"],
+                  widths, align)]
+    for batch in results.get("hf_batches", []):
+        eager = _value(results["modes"].get("eager", {}).get("hf", {}).get(str(batch), {}), "tok_s")
+        for i, (mode, label) in enumerate(_modes(results)):
+            e = results["modes"][mode].get("hf", {}).get(str(batch)) or {"status": "missing"}
+            tok_s = _value(e, "tok_s")
+            note = _note(e)
+            ec = e.get("eager_check") or {}
+            if ec.get("rel_err"):
+                note = "; ".join(p for p in (f"vs HF's own ops: rel err {ec['rel_err']:.1e}", note) if p)
+            if e.get("status") == FAILED and e.get("message"):
+                note = "; ".join(p for p in (e["message"][:160], note) if p)
+            lines.append(_row([batch if i == 0 else "", label,
+                               _fmt(tok_s, ".1f") if tok_s is not None else e.get("status", "missing"),
+                               _fmt(_ratio(tok_s, eager)), _fmt(_value(e, "ms_per_step"), ".3f"), _hf_check(e),
+                               _fmt(e.get("peak_mib"), ".0f"), _fmt(e.get("first_call_s")), note], widths, align))
+        lines.append("")
+    return lines
+
+
 def latency_table(results):
     """Time to first result per mode: the first call (capture + compile + run) of the per-call cases
     and of the decode step, and the whole first pass of the growing-context run."""
@@ -134,6 +179,9 @@ def latency_table(results):
                          "first_call_s"))
             cols.append((f"grow64 b{b}", lambda r, b=b: r.get("decode", {}).get(str(b), {}).get("growing") or {},
                          "first_pass_s"))
+    if "hf" in suites:
+        cols += [(f"hf b{b}", lambda r, b=b: r.get("hf", {}).get(str(b)) or {}, "first_call_s")
+                 for b in results.get("hf_batches", [])]
     widths, align = [24] + [11] * len(cols), "l" + "r" * len(cols)
     lines = ["Time to first result, s (first call: capture + compile + run; grow64: first pass of the 64 growing "
              "steps, every recompile included; Inductor/Triton/trident disk caches as found, see --fresh-caches)",
@@ -157,7 +205,8 @@ def table(results):
     lines = ["=" * len(title), title, "=" * len(title), ""]
     suites = meta.get("suites", "percall,decode").split(",")
     lines += (percall_table(results) if "percall" in suites else []) + (
-        decode_table(results) if "decode" in suites else []) + latency_table(results)
+        decode_table(results) if "decode" in suites else []) + (
+        hf_table(results) if "hf" in suites else []) + latency_table(results)
     lines.append("statuses: ok | FAILED (result differs from eager; time still shown in the JSON) | unsupported "
                  "(UnsupportedError or missing/failing backend) | error | timeout | skipped (time budget)")
     return "\n".join(lines)

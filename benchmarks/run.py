@@ -5,7 +5,8 @@
 Runs the native floor (C++), then one worker process per mode (eager, trident,
 torch.compile(backend="trident"), torch.compile default, reduce-overhead, cpp_wrapper), each with
 its share of a fixed time budget; a mode that crashes, hangs or overruns costs only its own
-results. Writes DIR/results.json (everything), DIR/decode.png (chart), DIR/table.txt and
+results. `--suites hf` runs the Hugging Face Llama generation suite instead (its own run: it does not
+fit in the default run's time budget). Writes DIR/results.json (everything), DIR/decode.png (chart), DIR/table.txt and
 DIR/logs/<mode>.log, and prints the table last. See benchmarks/README.md for what each number means.
 """
 import argparse
@@ -39,7 +40,9 @@ def parse_args():
     p.add_argument("--budget-s", type=float, help="total time budget in seconds (default 500, quick 260)")
     p.add_argument("--modes", default=",".join(m for m, _, _ in modes.MODES),
                    help="comma-separated subset of: " + ", ".join(m for m, _, _ in modes.MODES))
-    p.add_argument("--suites", default="percall,decode", help="percall, decode or both")
+    p.add_argument("--suites", default="percall,decode",
+                   help="comma-separated subset of: percall, decode, hf (HF Llama greedy generation; "
+                        "not in the default: run it on its own)")
     p.add_argument("--fresh-caches", action="store_true",
                    help="empty Inductor/Triton/trident caches under DIR/caches (cold compile latency)")
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)   # cpu: smoke tests only
@@ -74,7 +77,8 @@ def run_worker(mode, args, out, cap):
     try:
         result = json.loads(raw.read_text())
     except (OSError, ValueError):
-        result = {"mode": mode, "percall": {}, "decode": {}}
+        result = {"mode": mode, "percall": {}, "decode": {}, "hf": {}}
+    result.setdefault("hf", {})
     result["worker"] = {"rc": rc, "killed_at_cap": killed, "cap_s": round(cap, 1),
                         "log": str(out / "logs" / f"{mode}.log")}
     if killed:
@@ -97,6 +101,9 @@ def fill_missing(result, args, missing):
             slot = result["decode"].setdefault(str(batch), {})
             for scenario in worker.SCENARIOS:
                 slot.setdefault(scenario, dict(missing))
+    if "hf" in suites:
+        for batch in worker.HF_BATCHES:
+            result.setdefault("hf", {}).setdefault(str(batch), dict(missing))
     return result
 
 
@@ -105,6 +112,7 @@ def summary(result):
     for slot in result["decode"].values():
         if isinstance(slot, dict):
             statuses += [slot[s].get("status") for s in worker.SCENARIOS if isinstance(slot.get(s), dict)]
+    statuses += [e.get("status") for e in result.get("hf", {}).values() if isinstance(e, dict)]
     return ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
 
 
@@ -130,7 +138,7 @@ def main():
     selected = [m for m, _, _ in modes.MODES if m in args.modes.split(",")]
     results = {"meta": {"argv": sys.argv, "quick": args.quick, "budget_s": budget, "started": time.ctime(),
                         "fresh_caches": args.fresh_caches, "suites": args.suites, "commit": git_commit()},
-               "batches": list(worker.BATCHES), "modes": {}}
+               "batches": list(worker.BATCHES), "hf_batches": list(worker.HF_BATCHES), "modes": {}}
 
     def say(msg):
         print(f"[{time.monotonic() - start:5.0f}s] {msg}", flush=True)
@@ -151,7 +159,7 @@ def main():
         cap = min(allowed, max(1.5 * share, MIN_CAP_S))
         if cap < 2 * WORKER_MARGIN_S:
             say(f"{mode}: skipped, no time left")
-            results["modes"][mode] = fill_missing({"mode": mode, "percall": {}, "decode": {}}, args, {
+            results["modes"][mode] = fill_missing({"mode": mode, "percall": {}, "decode": {}, "hf": {}}, args, {
                 "status": modes.SKIPPED, "message": "no time left in the run's budget"})
             continue
         say(f"{mode}: running (cap {cap:.0f} s, log {out / 'logs' / (mode + '.log')})")
@@ -162,6 +170,8 @@ def main():
             results["meta"]["env"] = result.get("env", results["meta"].get("env"))
         if result.get("decode_config"):
             results["decode_config"] = result["decode_config"]
+        if result.get("hf_config") and (mode == "eager" or "hf_config" not in results):
+            results["hf_config"] = result["hf_config"]
         say(f"{mode}: {summary(result)} ({time.monotonic() - t0:.0f} s)")
 
     results["meta"]["elapsed_s"] = time.monotonic() - start

@@ -1,5 +1,6 @@
 """Runs one mode in its own process (run.py starts one per mode): the per-call cases, then the
-decode step at fixed and growing context for each batch size. Each entry is isolated with
+decode step at fixed and growing context for each batch size, then (suite "hf") greedy generation
+with a Hugging Face Llama for each batch size. Each entry is isolated with
 try/except, and the JSON result is rewritten after every entry, so a worker killed at its time
 budget (or by a crash) still leaves what it finished.
 
@@ -25,6 +26,7 @@ SCENARIOS = ("fixed", "growing")
 GROW_START_CTX, GROW_STEPS = 128, 64
 DECODE_TOL = 2e-2          # relative L2 error vs eager, bf16
 MIN_ENTRY_S = 3.0          # do not start an entry with less time than this left
+HF_BATCHES = (1, 8)
 
 
 class Budget:
@@ -39,12 +41,13 @@ def settings(quick, device, tiny=False):
     cuda = device == "cuda"
     if tiny:  # smoke tests: every code path once, no meaningful timing
         return dict(percall=dict(calls=3, repeats=1, warmup=1), decode=dict(calls=2, repeats=1, warmup=1),
-                    grow_repeats=1, floor=dict(replays=2, repeats=1), cuda=cuda)
+                    grow_repeats=1, floor=dict(replays=2, repeats=1), hf_repeats=1, cuda=cuda)
     return dict(
         percall=dict(calls=1000 if quick else 2000, repeats=3 if quick else 5, warmup=50 if quick else 100),
         decode=dict(calls=50 if quick else 100, repeats=3 if quick else 5, warmup=5 if quick else 10),
         grow_repeats=3 if quick else 5,
         floor=dict(replays=50 if quick else 100, repeats=3 if quick else 5),
+        hf_repeats=3 if quick else 5,
         cuda=cuda,
     )
 
@@ -211,6 +214,140 @@ def run_decode_batch(mode, model, batch, cfg, budget, device, record):
     del x, init, want_fixed, want_grow
 
 
+# ---- Hugging Face Llama, greedy generation ------------------------------------------------------
+
+def hf_eager_check(model, gen, step_cls, batch, max_cache, tokens, logits):
+    """Eager (Triton kernels) against the same HF model with its own RMSNorm and SiLU: both fed the
+    same tokens (eager's greedy output, teacher forcing), per-step logits compared (relative L2)."""
+    import hf_llama
+    if not hf_llama.uses_triton(model):
+        return {"ok": True, "rel_err": 0.0, "tol": DECODE_TOL, "what": "no Triton kernels swapped in (CPU): "
+                "eager is HF's own ops"}
+    hf_llama.use_kernels(model, triton=False)
+    try:
+        ref = step_cls(model, batch, max_cache, with_logits=True)
+        want = gen.teacher_forced(ref, ref.reset, tokens)
+        del ref
+    finally:
+        hf_llama.use_kernels(model, triton=True)
+    c = modes.check(logits, want, DECODE_TOL)
+    c["what"] = "logits of every step vs HF's own RMSNorm/SiLU, fed eager's tokens"
+    c["argmax_agree"] = int((logits.argmax(-1) == want.argmax(-1)).sum())
+    return c
+
+
+def hf_token_check(got, want, margins, tie_tols):
+    """Greedy tokens vs eager's: ok only if equal. Where a row first differs, eager's top-2 logit
+    margin at that step and whether it was a near-tie (margin within 2 rounding units of the top
+    logit in the model's dtype): a diagnosis for the reader (a rounding-level flip or a wrong
+    result), not a pass."""
+    import hf_llama
+    c = hf_llama.compare_tokens(got, want)
+    c["eager_margin_at_mismatch"] = [None if k is None else float(margins[r, k])
+                                     for r, k in enumerate(c["first_mismatch"])]
+    ties = [float(margins[r, k]) <= float(tie_tols[r, k]) for r, k in enumerate(c["first_mismatch"]) if k is not None]
+    c["near_tie"] = bool(ties) and all(ties)
+    return c
+
+
+def hf_mismatch_message(c, new_tokens):
+    rows = [(r, k, m) for r, (k, m) in enumerate(zip(c["first_mismatch"], c["eager_margin_at_mismatch"]))
+            if k is not None]
+    r, k, m = min(rows, key=lambda x: x[1])
+    tie = "near-tie: " if c.get("near_tie") else ""   # every differing row first differs at a near-tie
+    return (f"{tie}{c['match']}/{c['total']} tokens match eager's; {len(rows)}/{len(c['first_mismatch'])} rows "
+            f"differ, first at step {k}/{new_tokens + 1} (row {r}), eager's top-2 logit margin there {m:.3g}")
+
+
+def run_hf_batch(mode, model, hcfg, batch, cfg, device, budget):
+    """One entry: eager reference in this process, then this mode's generation, check and timing."""
+    import hf_llama
+    gen = hf_llama.Generation(hcfg, batch, device)
+    ref = hf_llama.DecodeStep(model, batch, hcfg.max_cache, with_logits=True)
+    want, want_logits = gen.run(ref, ref.reset)
+    margins = hf_llama.top2_margin(want_logits).cpu()
+    tie_tols = hf_llama.tie_tolerance(want_logits).cpu()
+    entry = {"batch": batch, "new_tokens": hcfg.new_tokens, "prompt_len": hcfg.prompt_len, "impl": ref.impl}
+    if ref.fallback_reasons:
+        entry["impl_note"] = "; ".join(ref.fallback_reasons)
+    del ref
+    if mode == "eager":
+        entry["eager_check"] = hf_eager_check(model, gen, hf_llama.DecodeStep, batch, hcfg.max_cache, want,
+                                              want_logits)
+    del want_logits
+    step = hf_llama.DecodeStep(model, batch, hcfg.max_cache)
+    entry["base_mib"] = memory_reset(cfg)
+    modes.reset(mode)
+    try:
+        t0 = time.perf_counter()
+        compiled = modes.build(mode, step)
+        step.reset()
+        compiled(gen.prompt_steps[0], gen.positions[0])
+        timing.sync()
+        entry["first_call_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        got, _ = gen.run(compiled, step.reset)          # the whole first generation, any recompiles included
+        timing.sync()
+        entry["first_pass_s"] = time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001
+        status, msg = modes.classify(mode, e)
+        return {**entry, "status": status, "message": msg}
+    entry["check"] = hf_token_check(got, want, margins, tie_tols)
+    entry["counters"] = modes.trident_counters(mode, compiled)
+    entry["dynamo"] = modes.dynamo_stats()
+    if entry["counters"] and entry["counters"].get("fallbacks"):
+        return {**entry, "status": UNSUPPORTED, "message": f"trident ran {entry['counters']['fallbacks']} calls "
+                "eagerly (fallbacks: arguments it cannot describe natively); not timed"}
+    if budget.left() < MIN_ENTRY_S:
+        return {**entry, "status": TIMEOUT, "message": "first generation done, no time left to time it"}
+    with timing.pinned():      # on the one timing CPU, as every timed loop (timing.py)
+        seconds, samples, timed_tokens = gen.time_decode(compiled, step.reset, cfg["hf_repeats"], timing.sync)
+    if entry["check"]["ok"]:   # the timed runs must generate the same tokens too
+        entry["check"] = hf_token_check(timed_tokens, want, margins, tie_tols)
+    tokens = batch * hcfg.new_tokens
+    entry.update(tok_s=tokens / seconds, ms_per_step=seconds / hcfg.new_tokens * 1e3, seconds=seconds,
+                 seconds_samples=samples, peak_mib=memory_peak(cfg))
+    entry["counters"] = modes.trident_counters(mode, compiled)
+    entry["dynamo"] = modes.dynamo_stats()
+    if entry["check"]["ok"]:
+        entry["status"] = OK
+    else:
+        entry.update(status=FAILED, message=hf_mismatch_message(entry["check"], hcfg.new_tokens))
+    if mode == "eager" and not entry["eager_check"]["ok"]:
+        entry.update(status=FAILED, message="eager with Triton kernels differs from HF's own ops: rel err "
+                     f"{entry['eager_check']['rel_err']:.3g} > {DECODE_TOL}")
+    return entry
+
+
+def run_hf_suite(mode, a, cfg, budget, result, record):
+    import hf_llama
+    hcfg = hf_llama.TINY if a.tiny else hf_llama.QUICK if a.quick else hf_llama.FULL
+    info = {k: str(v) for k, v in vars(hcfg).items()}
+    result["hf_config"] = info
+    try:
+        import transformers
+        info["transformers"] = transformers.__version__
+        model = hf_llama.build_model(hcfg, a.device)
+        info["dtype"] = str(model.dtype)
+        info["attn_implementation"] = hf_llama.ATTN_IMPLEMENTATION
+        info["triton_modules"] = hf_llama.use_kernels(model, triton=True) if cfg["cuda"] else 0
+    except Exception as e:  # noqa: BLE001
+        for batch in HF_BATCHES:
+            record(batch, {"status": ERROR, "message": f"model build failed: {type(e).__name__}: {e}"})
+        return
+    for batch in HF_BATCHES:
+        if budget.left() < MIN_ENTRY_S:
+            record(batch, {"status": SKIPPED, "message": "no time left in this mode's budget"})
+            continue
+        try:
+            entry = run_hf_batch(mode, model, hcfg, batch, cfg, a.device, budget)
+        except Exception as e:  # noqa: BLE001  (setup or the eager reference failed)
+            entry = {"status": ERROR, "message": f"{type(e).__name__}: {e}"}
+        record(batch, entry)
+        if cfg["cuda"]:
+            torch.cuda.empty_cache()
+
+
 # ---- main ------------------------------------------------------------------------------------
 
 def main():
@@ -219,7 +356,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--deadline-s", type=float, default=600.0)
-    p.add_argument("--suites", default="percall,decode")
+    p.add_argument("--suites", default="percall,decode", help="comma-separated: percall, decode, hf")
     p.add_argument("--device", default="cuda", help="cpu only for smoke tests (with TRITON_INTERPRET=1)")
     p.add_argument("--tiny", action="store_true", help="tiny decoder, for smoke tests")
     a = p.parse_args()
@@ -227,7 +364,7 @@ def main():
     for knob in ("recompile_limit", "cache_size_limit"):  # recompiles must show up, not fall back to eager
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 128)
-    result = {"mode": a.mode, "env": env_info(a.device), "percall": {}, "decode": {}}
+    result = {"mode": a.mode, "env": env_info(a.device), "percall": {}, "decode": {}, "hf": {}}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
 
     def save():
@@ -282,6 +419,13 @@ def main():
                             record(scenario, {"status": ERROR, "message": f"{type(e).__name__}: {e}"})
                 if cfg["cuda"]:
                     torch.cuda.empty_cache()
+        if "hf" in suites:
+            def record_hf(batch, entry):
+                result["hf"][str(batch)] = entry
+                log(f"hf b={batch}", entry)
+                save()
+
+            run_hf_suite(a.mode, a, cfg, budget, result, record_hf)
     save()
 
 

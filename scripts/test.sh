@@ -3,5 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+# tests/python/test_hf_llama_cpu.py: a Hugging Face Llama (benchmarks/hf_llama.py). transformers is
+# pinned and installed without its resolver (it does not need torch, and must never swap it); its own
+# dependencies, none of which is torch, loosely pinned, with torch restated so nothing moves it.
+python3 -m pip install -q --no-deps "transformers==5.24.0"
+python3 -m pip install -q "torch==2.13.0" "huggingface-hub>=1.31,<3" "tokenizers>=0.23.1,<0.24" \
+  "safetensors>=0.8" "regex>=2025.10.22" "numpy>=1.17" "packaging>=20" "pyyaml>=5.1" "tqdm>=4.60" typer
 export TRIDENT_CACHE_DIR="${TRIDENT_CACHE_DIR:-$(mktemp -d)}"
 python3 -m pytest tests -q -p no:cacheprovider

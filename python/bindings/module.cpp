@@ -3,6 +3,7 @@
 // for golden tests.
 #include <Python.h>
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "codegen/emit_c.h"
@@ -10,6 +11,7 @@
 #include "codegen/toolchain.h"
 #include "flatten.h"
 #include "guards/decision.h"
+#include "guards/explain.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
 #include "planner/liveness.h"
@@ -93,6 +95,32 @@ PyObject* py_describe_args(PyObject*, PyObject* const* args, size_t nargsf, PyOb
   }
 }
 
+// spec_rejects(spec_text, *args, **kwargs) -> "" when the spec's guards accept this call, else the
+// first guard that fails: lets the controller check a specialization before installing it.
+PyObject* py_spec_rejects(PyObject*, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs < 1 || !PyUnicode_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "spec_rejects(spec_text, *args, **kwargs): spec_text must be a str");
+    return nullptr;
+  }
+  try {
+    ir::Module m = ir::parse_module(PyUnicode_AsUTF8(args[0]));
+    if (m.specs.size() != 1) throw ir::ParseError("spec_rejects takes exactly one spec");
+    FlatArgs flat;
+    if (!flatten_args(args + 1, nargs - 1, kwnames, flat)) return PyUnicode_FromString(flat.unsupported.c_str());
+    trd_call call;
+    call.leaves = flat.leaves.data();
+    call.nleaves = static_cast<int32_t>(flat.leaves.size());
+    call.grad_mode = at::GradMode::is_enabled() ? 1 : 0;
+    call.structure = flat.structure.data();
+    call.structure_len = static_cast<int32_t>(flat.structure.size());
+    return PyUnicode_FromString(guards::first_failure(m.specs[0], call).c_str());
+  } catch (const std::exception& e) {
+    set_python_error(e);
+    return nullptr;
+  }
+}
+
 PyObject* py_describe_tensor(PyObject*, PyObject* arg) {
   if (!THPVariable_Check(arg)) {
     PyErr_SetString(PyExc_TypeError, "describe_tensor expects a torch.Tensor");
@@ -118,6 +146,8 @@ PyMethodDef methods[] = {
     {"describe_args", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_describe_args)),
      METH_FASTCALL | METH_KEYWORDS, "Flatten call arguments as the hot path does."},
     {"describe_tensor", py_describe_tensor, METH_O, "One tensor as a guard leaf dict."},
+    {"spec_rejects", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_spec_rejects)),
+     METH_FASTCALL | METH_KEYWORDS, "spec_rejects(spec_text, *args, **kwargs): '' or the first failing guard."},
     {"bump_state_epoch", py_bump_state_epoch, METH_NOARGS, "Module state may have been re-registered."},
     {"cache_dir", py_cache_dir, METH_NOARGS, "Where compiled modules are cached."},
     {nullptr, nullptr, 0, nullptr}};

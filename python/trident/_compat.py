@@ -80,6 +80,14 @@ def _no_real_value_copies():
         _capture.active = prev
 
 
+def forget_example_inputs(ep) -> None:
+    """An ExportedProgram keeps the real tensors it was exported with (torch 2.11+: _example_inputs).
+    trident keeps programs for later re-lowering and must not keep a call's tensors (KV caches)
+    alive with them; lowering reads only the graph, signature, state_dict and constants."""
+    if hasattr(ep, "_example_inputs"):
+        ep._example_inputs = None
+
+
 def dim_auto():
     """The export marker for "symbolic unless the trace specializes it"."""
     return torch.export.Dim.AUTO

@@ -65,6 +65,39 @@ def _mark_leaves(args: tuple, kwargs: dict):
     return margs, mkwargs, values
 
 
+def _dense_layout(sizes, strides) -> tuple:
+    """Which dims are ordered and strided as a contiguous tensor's would be, and the stride order:
+    what a capture with symbolic sizes may have relied on (contiguity decides view vs copy)."""
+    expect, dense = 1, []
+    for size, stride in reversed(list(zip(sizes, strides))):
+        dense.append(stride == expect or size == 1)
+        expect *= size
+    order = tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))
+    return tuple(reversed(dense)), order
+
+
+def capture_key(structure: str, leaves: list[dict], marks: set, grad_mode: bool) -> tuple:
+    """Everything a capture specialized on: the leaves with the marked (symbolic) sizes and ints
+    masked out. Two calls with the same key differ only in values the captured program computes
+    symbolically, so it is valid for both, up to its shape guards (which the spec carries and the
+    controller checks). Data pointers are not baked into a program (alignment is the spec's guard)."""
+    sized = {(leaf, d) for kind, leaf, *rest in marks if kind == "size" for d in rest}
+    ints = {leaf for kind, leaf, *_ in marks if kind == "int"}
+    parts = []
+    for k, l in enumerate(leaves):
+        if l["kind"] == 1:
+            symbolic = any((k, d) in sized for d in range(l["dim"]))
+            sizes = tuple(None if (k, d) in sized else n for d, n in enumerate(l["sizes"]))
+            layout = _dense_layout(l["sizes"], l["strides"]) if symbolic else tuple(l["strides"])
+            parts.append((1, l["dtype"], l["device_type"], l["device_index"], l["dim"], l["flags"], l["keyset"],
+                          sizes, layout))
+        elif l["kind"] == 2:
+            parts.append((2, None if k in ints else l["ival"]))
+        else:
+            parts.append((l["kind"], l["ival"], l["fval"]))
+    return structure, frozenset(marks), grad_mode, tuple(parts)
+
+
 class CompiledFunction:
     def __init__(self, fn, options: Options):
         self.fn = fn
@@ -87,6 +120,10 @@ class CompiledFunction:
         self._first_seen: dict[str, list[dict]] = {}
         self._dynamic: dict[str, set] = {}
         self._fallback_logged: set[str] = set()
+        # Captured programs by capture_key(): a call that differs from an earlier capture only in
+        # the values of symbolic sizes and ints (a Triton `% 16` or `== 1` specialization, a new
+        # pointer alignment) is lowered again from the same program instead of exported again.
+        self._captures: dict[tuple, object] = {}
         self.scm = _C.SCM(self._on_miss, self._on_state_change)
 
     # ---- miss path -------------------------------------------------------------------------
@@ -218,6 +255,17 @@ class CompiledFunction:
                     return type(m)(spec(x) for x in m)
                 return None
             dynamic_shapes = dict(zip(names, [spec(m) for m in list(m_args) + list(m_kwargs.values())]))
+        key = capture_key(structure, leaves, marks, torch.is_grad_enabled())
+        ep = self._captures.get(key)
+        if ep is not None:
+            lowered = lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
+                            leaf_values)
+            why = _C.spec_rejects(lowered.text, *args, **kwargs)
+            if not why:
+                return lowered
+            # The program's own shape assumptions exclude this call: capture it again.
+            log.info("trident: %s: captured program does not fit this call (%s); capturing again", self.name, why)
+            del self._captures[key]
         try:
             ep = _compat.export_program(wrapper, ex_args, ex_kwargs, dynamic_shapes)
         except UnsupportedError:
@@ -231,6 +279,8 @@ class CompiledFunction:
             raise UnsupportedError(
                 f"{self.name}: export produced {n_user} user inputs for {len(leaf_of_input)} arguments; "
                 "argument structure not supported")
+        _compat.forget_example_inputs(ep)
+        self._captures[key] = ep
         return lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
                      leaf_values)
 
@@ -277,4 +327,5 @@ class CompiledFunction:
                 self.scm.clear()
                 self.state.clear()
                 self._state_keys.clear()
+                self._captures.clear()
             self.scm.set_state([r.tensor for r in self.state])

@@ -157,3 +157,20 @@ def test_backend_respecializes_a_symbolic_kernel_argument_on_this_calls_value():
     for n in (3, 5, 16, 17, 32):
         with pytest.raises(RuntimeError, match="head_fill_kernel: parameter 0 is not a CUDA tensor"):
             opt(torch.zeros(64), n)
+
+
+def test_respecialization_for_a_new_divisibility_reuses_the_captured_program(monkeypatch):
+    """n stops being divisible by 16: the same symbolic program is lowered again with a `% 16 != 0`
+    kernel variant; torch.export does not run again."""
+    from trident import _compat
+    exports = []
+    orig = _compat.export_program
+    monkeypatch.setattr(_compat, "export_program", lambda *a, **k: (exports.append(1), orig(*a, **k))[1])
+    fast = trident.compile(vector_add, dynamic=True)
+    for n in (4096, 1000, 4112, 1008, 1001):
+        with pytest.raises(RuntimeError, match="not a CUDA tensor"):
+            fast(torch.randn(n), torch.randn(n))  # compiles when needed, then cannot run on CPU
+    c = trident.counters(fast)
+    assert (c["specializations"], c["compiles"], len(exports)) == (2, 2, 1)
+    texts = trident.controller(fast).scm.ir()
+    assert "% 16) == 0)" in texts and "% 16) != 0)" in texts

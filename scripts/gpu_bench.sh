@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU machine, one call: build, GPU tests, then the benchmark suite. Usage: gpu_bench.sh [--quick] [tests]
+# GPU machine, one call: build, GPU tests, then the benchmark suite.
+# Usage: gpu_bench.sh [--quick] [tests | triton-tests] [latency]   (BENCH_BUDGET=seconds caps the suite)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/trident-bench}"; mkdir -p "$OUT"
@@ -16,4 +17,8 @@ fi
 quick=""; [[ " $* " == *" --quick "* ]] && quick="--quick"
 python3 benchmarks/run.py --out "$OUT/bench" $quick ${BENCH_BUDGET:+--budget-s $BENCH_BUDGET} >"$OUT/bench.log" 2>&1
 cp "$OUT/bench/results.json" "$OUT/bench/decode.png" "$OUT/bench/table.txt" "$OUT/" 2>/dev/null
+if [[ " $* " == *" latency "* ]]; then  # compile latency of the decode step (about a minute)
+  python3 benchmarks/compile_latency.py >"$OUT/compile_latency.txt" 2>&1
+fi
 tail -60 "$OUT/bench.log"
+[[ -f "$OUT/compile_latency.txt" ]] && tail -10 "$OUT/compile_latency.txt"

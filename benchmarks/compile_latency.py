@@ -1,0 +1,84 @@
+"""Compile latency of trident on the decode step: time to first result, time to add a
+specialization that needs a new capture, and time to add one that re-lowers a captured program
+(a Triton `% 16` variant of the position) with its kernels already compiled.
+
+    python3 benchmarks/compile_latency.py [--layers N] [--cpu]
+
+On a GPU machine it runs the real decoder. With --cpu (or without a GPU) it compiles for sm_90 with
+Triton's driver faked (no kernel runs; each call stops at the first launch on CPU tensors), which
+times the same capture, lowering and compile work on the host.
+"""
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import models  # noqa: E402
+
+
+def fake_gpu_compile():
+    """Let Dynamo capture and Triton compile for sm_90 without a GPU (shared/TRITON.md 1.9, 3.5)."""
+    import torch.utils._triton as tu
+    import triton
+    sys.path.insert(0, str(HERE.parent / "tests" / "python"))
+    from fake_cuda import FakeCudaDriver
+    tu.has_triton = lambda: True
+    os.environ.setdefault("TRIDENT_TRITON_TARGET", "cuda:90")
+    triton.runtime.driver.set_active(FakeCudaDriver())
+
+
+def timed_call(fast, x, caches, pos, on_cpu):
+    t0 = time.perf_counter()
+    try:
+        fast(x, caches, pos)
+    except RuntimeError as e:  # CPU tensors: the compiled step stops at its first kernel launch
+        if not (on_cpu and "not a CUDA tensor" in str(e)):
+            raise
+    if torch.cuda.is_available() and not on_cpu:
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--cpu", action="store_true", help="compile for sm_90 with a fake driver, run nothing")
+    opts = ap.parse_args()
+    on_cpu = opts.cpu or not torch.cuda.is_available()
+    if on_cpu:
+        fake_gpu_compile()
+    import trident
+    device = "cpu" if on_cpu else "cuda"
+    cfg = replace(models.FULL, n_layers=opts.layers)
+    model = models.Decoder(cfg, use_triton=True, device=device).eval()
+    x, caches = model.new_input(1), model.new_caches(1, fill=False)
+    # pos 127: first capture (static); 128: pos varies -> symbolic capture (pos % 16 != 0 kernels);
+    # 143: ctx 144 is divisible by 16 -> a new kernel variant, re-lowered from the symbolic capture;
+    # then a second compiled function repeats the sequence with every kernel already compiled.
+    steps = [(127, "first result (capture, lower, Triton compile, C compile)"),
+             (128, "new capture: pos becomes symbolic"),
+             (143, "re-lowered: ctx % 16 == 0 kernel variant, kernel compiled now")]
+    rows = []
+    with torch.no_grad():
+        for run in ("cold", "warm"):
+            fast = trident.compile(model, max_specializations=64)
+            for pos, what in steps:
+                s = timed_call(fast, x, caches, pos, on_cpu)
+                rows.append((run, pos, what if run == "cold" else what.replace("kernel compiled now",
+                                                                          "kernels already compiled"), s))
+            c = trident.counters(fast)
+            rows.append((run, "-", f"specializations {c['specializations']}, C compile "
+                                   f"{c['compile_seconds']:.2f} s in all", None))
+    print(f"compile latency, {opts.layers}-layer decoder ({'sm_90 compile on CPU' if on_cpu else device}), s")
+    for run, pos, what, s in rows:
+        print(f"  {run:5s} pos {pos!s:4s} {'' if s is None else f'{s:7.3f}'}  {what}")
+
+
+if __name__ == "__main__":
+    main()

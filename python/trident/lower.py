@@ -32,6 +32,21 @@ _SKIPPED_OPS = {
                  "sym_constrain_range", "_assert_async")
 } - {None}
 
+
+
+def _only_asserted(node: fx.Node) -> bool:
+    """Nothing reads node's value but export's runtime assertions about it (u0 >= 0 and the like)."""
+    return all(u.target in _SKIPPED_OPS or (not isinstance(u.target, torch._ops.OpOverload) and _only_asserted(u))
+               for u in node.users)
+
+
+def _unbacked(val) -> bool:
+    """Only data-dependent symbols (an op's number result nothing reads): an assertion about them
+    checks a value the program never uses. Assertions about call sizes are not skipped this way."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
+    return free_symbols(val) <= free_unbacked_symbols(val)
+
+
 _LAYOUTS = {torch.strided: 0, torch.sparse_coo: 1, torch.sparse_csr: 2, torch.sparse_csc: 4}
 _MEMFMTS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
             torch.channels_last_3d: 3}
@@ -246,7 +261,7 @@ class _Lowerer:
         if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)) or (
                 isinstance(val, (int, float, bool)) and not isinstance(op, torch._ops.OpOverload)):
             # Shape arithmetic (sym_size, operator.add, ...): computed natively where it is used.
-            if isinstance(val, (torch.SymBool, torch.SymFloat)):
+            if isinstance(val, (torch.SymBool, torch.SymFloat)) and not (_only_asserted(node) and _unbacked(val)):
                 self.fail(node, "symbolic bool/float values are not supported")
             self.env[node] = val
             return
@@ -263,8 +278,7 @@ class _Lowerer:
         if not isinstance(op, torch._ops.OpOverload):
             self.fail(node, f"call to {getattr(op, '__name__', op)!r}, which is not an ATen operator")
         schema = op._schema
-        if any(r.type.kind() not in ("TensorType", "OptionalType", "ListType") for r in schema.returns):
-            self.fail(node, f"{schema.name} returns a non-tensor value (data-dependent)")
+        self.check_scalar_results_unused(node, schema)
         operands = []
         for k, formal in enumerate(schema.arguments):
             if k < len(node.args) and not formal.kwarg_only:
@@ -292,6 +306,23 @@ class _Lowerer:
         self.lines.append(f"{lhs}call {_quote(name)} ({', '.join(operands)})")
         if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
             self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
+
+    def check_scalar_results_unused(self, node: fx.Node, schema):
+        """Ops may return ints or floats beside their tensors (the attention kernels' max lengths,
+        which only a backward reads). The host program holds no such value: the op may run only if
+        nothing in the graph reads one."""
+        scalar = [k for k, r in enumerate(schema.returns)
+                  if r.type.kind() not in ("TensorType", "OptionalType", "ListType")]
+        if not scalar:
+            return
+        if len(schema.returns) == 1:
+            if node.users:
+                self.fail(node, f"{schema.name} returns a non-tensor value, which the program reads")
+            return
+        for user in node.users:
+            if user.target is not operator.getitem or (user.args[1] in scalar and not _only_asserted(user)):
+                self.fail(node, f"{schema.name} returns a non-tensor value (result {user.args[1] if user.target is operator.getitem else '?'}), "
+                                "which the program reads")
 
     def inplace_call(self, node: fx.Node):
         """A scatter into a tensor nothing else reads afterwards (reinplace.py): write in place.

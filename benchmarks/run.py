@@ -117,6 +117,11 @@ def summary(result):
 
 
 def git_commit():
+    """The commit measured. BENCH_COMMIT overrides git: a copy of the tree sent to another machine
+    may carry a stale .git (seen on the lent GPU machine: every run reported the session's first
+    commit), so the sender names the commit it sent."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         rev = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=10).stdout.strip()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine, one call: build, GPU tests, then the benchmark suite.
-# Usage: gpu_bench.sh [--quick] [tests | triton-tests] [latency]   (BENCH_BUDGET=seconds caps the suite)
+# Usage: gpu_bench.sh [--quick] [tests | triton-tests] [latency]   (BENCH_BUDGET=seconds caps the suite;
+# BENCH_COMMIT=<commit> names the commit in the table: the machine's copy of .git may be stale)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/trident-bench}"; mkdir -p "$OUT"

@@ -9,15 +9,9 @@ import torch
 import triton
 import triton.language as tl
 from fake_cuda import FakeCudaDriver
+from tutorial_kernels import add_kernel
 
 import trident
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
 
 
 @triton.jit

@@ -54,23 +54,30 @@ bool plans_are(const AtenSite& s, std::initializer_list<P> kinds) {
   return true;
 }
 
-// Ops with an out= variant write into the site's kept buffer when it may be reused (same request
-// key, nothing else holds it: buffer_reuse.h); otherwise the functional op allocates and its result
-// is kept for the next call. The key holds everything the result's sizes, strides, dtype and device
-// are a function of, so the out= call writes exactly the tensor the functional op would return.
-// Only runs that record no autograd history take this path: out= ops refuse inputs that require
-// grad, and a kept result must not hold a graph alive.
+// Allocation sites and ops with an out= variant hand out the site's kept buffer when `may_reuse`
+// and the buffer may serve this request (same key, nothing else holds it: buffer_reuse.h); `into`
+// then writes the result into it (nothing, for an allocation). Otherwise `fresh()` allocates and,
+// when `may_reuse`, its result is kept for the next call. A key holds everything the result's
+// sizes, strides, dtype and device are a function of, so a reused buffer is exactly the tensor the
+// functional op would return.
 template <typename Fresh, typename Into>
-void produce(const AtenSite& s, trd_frame& f, ReusableBuffer::Key key, Fresh fresh, Into into) {
-  if (!f.below_autograd) return s.set_result(f, 0, fresh());
-  if (at::Tensor* kept = s.reuse.lookup(key)) {
+void reuse_or_allocate(const AtenSite& s, trd_frame& f, const ReusableBuffer::Key& key, bool may_reuse,
+                       Fresh fresh, Into into) {
+  if (at::Tensor* kept = may_reuse ? s.reuse.lookup(key) : nullptr) {
     into(*kept);
     s.set_result(f, 0, *kept);
     return;
   }
   at::Tensor t = fresh();
-  s.reuse.keep(t, std::move(key), f.module->reuse_budget());
+  if (may_reuse) s.reuse.keep(t, key, f.module->reuse_budget());
   s.set_result(f, 0, std::move(t));
+}
+
+// out= ops reuse only in runs that record no autograd history: out= refuses inputs that require
+// grad, and a kept result must not hold a graph alive.
+template <typename Fresh, typename Into>
+void produce(const AtenSite& s, trd_frame& f, const ReusableBuffer::Key& key, Fresh fresh, Into into) {
+  reuse_or_allocate(s, f, key, f.below_autograd, fresh, into);
 }
 
 void push_device(ReusableBuffer::Key& key, const at::Tensor& t) {
@@ -165,18 +172,15 @@ void empty_like(const AtenSite& s, trd_frame& f, const int64_t*) {
   // The result's metadata is a function of the template's sizes and strides and the constants.
   ReusableBuffer::Key key(like.sizes().begin(), like.sizes().end());
   key.append(like.strides().begin(), like.strides().end());
-  key.push_back(static_cast<int64_t>(like.scalar_type()));
-  key.push_back(static_cast<int64_t>(like.device().type()));
-  key.push_back(like.device().index());
-  if (const at::Tensor* kept = fills_uninitialized() ? nullptr : s.reuse.lookup(key)) {
-    s.set_result(f, 0, *kept);
-    return;
-  }
-  at::Tensor t = at::_ops::empty_like::call(like, opt_enum<at::ScalarType>(a[1].constant),
-                                            opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
-                                            opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant));
-  s.reuse.keep(t, std::move(key), f.module->reuse_budget());
-  s.set_result(f, 0, std::move(t));
+  push_device(key, like);
+  reuse_or_allocate(
+      s, f, key, !fills_uninitialized(),
+      [&] {
+        return at::_ops::empty_like::call(like, opt_enum<at::ScalarType>(a[1].constant),
+                                          opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
+                                          opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant));
+      },
+      [](at::Tensor&) {});
 }
 // torch.empty on the current CUDA device, contiguous, strided: exactly what ATen's CUDA empty does
 // after its dispatch and option handling (empty_cuda -> empty_generic with the CUDA caching
@@ -212,18 +216,17 @@ void empty_memory_format(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
     if (!d.has_index() && !d.is_cpu()) key.push_back(c10::impl::getDeviceGuardImpl(d.type())->getDevice().index());
   }
   const bool fill = fills_uninitialized();
-  if (const at::Tensor* kept = fill ? nullptr : s.reuse.lookup(key)) {
-    s.set_result(f, 0, *kept);
-    return;
-  }
   const c10::IntArrayRef sizes(key.data(), rank);
-  at::Tensor t = fill ? at::Tensor() : cuda_empty_fast(s, sizes);
-  if (!t.defined())
-    t = at::_ops::empty_memory_format::call(c10::fromIntArrayRefSlow(sizes), opt_enum<at::ScalarType>(a[1].constant),
-                                            opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
-                                            opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant));
-  s.reuse.keep(t, std::move(key), f.module->reuse_budget());
-  s.set_result(f, 0, std::move(t));
+  reuse_or_allocate(
+      s, f, key, !fill,
+      [&] {
+        at::Tensor t = fill ? at::Tensor() : cuda_empty_fast(s, sizes);
+        if (t.defined()) return t;
+        return at::_ops::empty_memory_format::call(
+            c10::fromIntArrayRefSlow(sizes), opt_enum<at::ScalarType>(a[1].constant), opt_enum<at::Layout>(a[2].constant),
+            opt_device(a[3].constant), opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant));
+      },
+      [](at::Tensor&) {});
 }
 
 // An int operand (constant or runtime) and an int list operand (constant or with runtime items).

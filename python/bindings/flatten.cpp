@@ -1,5 +1,7 @@
 #include "flatten.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstring>
@@ -66,6 +68,16 @@ bool add(PyObject* obj, FlatArgs& out, int depth) {
 }
 
 }  // namespace
+
+trd_call make_call(const FlatArgs& flat) {
+  trd_call c;
+  c.leaves = flat.leaves.data();
+  c.nleaves = static_cast<int32_t>(flat.leaves.size());
+  c.grad_mode = at::GradMode::is_enabled() ? 1 : 0;
+  c.structure = flat.structure.data();
+  c.structure_len = static_cast<int32_t>(flat.structure.size());
+  return c;
+}
 
 bool fill_tensor_leaf(const at::Tensor& t, trd_leaf& leaf) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();

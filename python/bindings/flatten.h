@@ -33,6 +33,9 @@ struct FlatArgs {
 // Returns false (with out.unsupported set) if an argument cannot be described natively.
 bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, FlatArgs& out);
 
+// The call the guards read: the flattened leaves (borrowed from `flat`) and the current grad mode.
+trd_call make_call(const FlatArgs& flat);
+
 // Fill one tensor leaf from its TensorImpl. False when the tensor cannot be served natively
 // (rank above TRD_MAX_DIM, sparse or other non-strided layout).
 bool fill_tensor_leaf(const at::Tensor& t, trd_leaf& leaf);

@@ -3,7 +3,6 @@
 // for golden tests.
 #include <Python.h>
 
-#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "codegen/emit_c.h"
@@ -108,13 +107,7 @@ PyObject* py_spec_rejects(PyObject*, PyObject* const* args, size_t nargsf, PyObj
     if (m.specs.size() != 1) throw ir::ParseError("spec_rejects takes exactly one spec");
     FlatArgs flat;
     if (!flatten_args(args + 1, nargs - 1, kwnames, flat)) return PyUnicode_FromString(flat.unsupported.c_str());
-    trd_call call;
-    call.leaves = flat.leaves.data();
-    call.nleaves = static_cast<int32_t>(flat.leaves.size());
-    call.grad_mode = at::GradMode::is_enabled() ? 1 : 0;
-    call.structure = flat.structure.data();
-    call.structure_len = static_cast<int32_t>(flat.structure.size());
-    return PyUnicode_FromString(guards::first_failure(m.specs[0], call).c_str());
+    return PyUnicode_FromString(guards::first_failure(m.specs[0], make_call(flat)).c_str());
   } catch (const std::exception& e) {
     set_python_error(e);
     return nullptr;

@@ -14,6 +14,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <memory>
+#include <optional>
 #include <mutex>
 
 #include "codegen/emit_c.h"
@@ -90,16 +91,6 @@ bool state_ok(ScmObject* self) {
   return true;
 }
 
-trd_call make_call(const FlatArgs& flat) {
-  trd_call c;
-  c.leaves = flat.leaves.data();
-  c.nleaves = static_cast<int32_t>(flat.leaves.size());
-  c.grad_mode = at::GradMode::is_enabled() ? 1 : 0;
-  c.structure = flat.structure.data();
-  c.structure_len = static_cast<int32_t>(flat.structure.size());
-  return c;
-}
-
 // True when this call cannot record autograd history: grad mode is off, or no tensor it reads
 // requires grad. The program then runs below the Autograd dispatch keys, as VariableType's own
 // kernels do (ADInplaceOrView stays on, so views and version counters behave as in eager).
@@ -123,14 +114,11 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   f.state = st->state.data();
   f.nargs = static_cast<int32_t>(flat.tensors.size());
   f.nstate = static_cast<int32_t>(st->state.size());
-  bool ok;
-  if (needs_no_autograd(st, flat)) {
-    f.below_autograd = true;
-    at::AutoDispatchBelowAutograd below_autograd;
-    ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
-  } else {
-    ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
-  }
+  f.below_autograd = needs_no_autograd(st, flat);
+  std::optional<at::AutoDispatchBelowAutograd> below_autograd;
+  if (f.below_autograd) below_autograd.emplace();
+  const bool ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
+  below_autograd.reset();
   PyObject* out = nullptr;
   if (!ok)
     PyErr_SetString(PyExc_RuntimeError, f.error.c_str());

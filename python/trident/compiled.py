@@ -256,10 +256,14 @@ class CompiledFunction:
                 return None
             dynamic_shapes = dict(zip(names, [spec(m) for m in list(m_args) + list(m_kwargs.values())]))
         key = capture_key(structure, leaves, marks, torch.is_grad_enabled())
+
+        def lowered_from(program):
+            return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
+                         leaf_values)
+
         ep = self._captures.get(key)
         if ep is not None:
-            lowered = lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
-                            leaf_values)
+            lowered = lowered_from(ep)
             why = _C.spec_rejects(lowered.text, *args, **kwargs)
             if not why:
                 return lowered
@@ -281,8 +285,7 @@ class CompiledFunction:
                 "argument structure not supported")
         _compat.forget_example_inputs(ep)
         self._captures[key] = ep
-        return lower(ep, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
-                     leaf_values)
+        return lowered_from(ep)
 
     # ---- module state ----------------------------------------------------------------------
     def _state_index(self, ref: StateRef) -> int:

@@ -188,23 +188,20 @@ class _Lowerer:
     def bind_symbols(self, leaf: int, node: fx.Node, val):
         """Symbols first seen in this argument are defined from its fields."""
         if isinstance(val, torch.SymInt):
-            expr = val.node.expr
-            self.syms.shape_env = val.node.shape_env
-            if isinstance(expr, sympy.Symbol) and expr not in self.syms.field:
-                v = self.new_sym()
-                self.lines.append(f"{v} = int {leaf}")
-                self.syms.bind(expr, f"L{leaf}.ival", None, v)
-            return
-        if not isinstance(val, torch.Tensor):
-            return
-        for d, size in enumerate(val.shape):
-            if isinstance(size, torch.SymInt):
-                expr = size.node.expr
-                self.syms.shape_env = size.node.shape_env
-                if isinstance(expr, sympy.Symbol) and expr not in self.syms.field:
-                    v = self.new_sym()
-                    self.lines.append(f"{v} = size {self.env[node]}, {d}")
-                    self.syms.bind(expr, f"L{leaf}.size[{d}]", None, v)
+            self._define_symbol(val, f"L{leaf}.ival", f"int {leaf}")
+        elif isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt):
+                    self._define_symbol(size, f"L{leaf}.size[{d}]", f"size {self.env[node]}, {d}")
+
+    def _define_symbol(self, value: torch.SymInt, field: str, instr: str):
+        """A bare symbol not yet defined becomes `$N = <instr>`, bound to the call field it reads."""
+        expr = value.node.expr
+        self.syms.shape_env = value.node.shape_env
+        if isinstance(expr, sympy.Symbol) and expr not in self.syms.field:
+            v = self.new_sym()
+            self.lines.append(f"{v} = {instr}")
+            self.syms.bind(expr, field, None, v)
 
     def value(self) -> str:
         v = f"%{self.next_value}"

@@ -27,7 +27,7 @@ def treespec_is_leaf(spec: pytree.TreeSpec) -> bool:
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
                    dynamic_shapes=None) -> "torch.export.ExportedProgram":
     """Dynamo-based capture to a functional ATen graph (torch.export, strict mode)."""
-    with _no_real_value_copies():
+    with capturing():
         ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
     return ep.run_decompositions({})
 
@@ -65,13 +65,78 @@ def _install_real_value_alias() -> bool:
     return True
 
 
-_alias_lock = threading.Lock()
+# torch 2.11's generate_ttir (torch/_higher_order_ops/triton_kernel_wrap.py), which finds the
+# tensors a user Triton kernel writes, hands every non-tensor argument to Triton as a constant. A
+# kernel that uses a scalar parameter as a Triton value (`scale.to(tl.float32)`) then fails to
+# compile there, and identify_mutated_tensors falls back to "every tensor argument is mutated": the
+# functional graph clones each tensor the kernel reads, a whole KV cache per call in a decode step.
+# torch 2.13 passes only constexpr and None arguments as constants and names every TTIR parameter
+# (scalars included) for the analysis. During trident's capture the older function does the same.
+def _scalar_args_inlined(generate_ttir) -> bool:
+    nested = {c.co_name for c in generate_ttir.__code__.co_consts if hasattr(c, "co_name")}
+    return "get_tensor_names" in nested and "get_arg_names" not in nested
+
+
+def _generate_ttir_keeping_scalars(orig, kernel, kwargs, tma_descriptor_metadata):
+    """orig's TTIR with scalar parameters left as TTIR arguments, and the names of all of them."""
+    import triton.compiler.compiler as triton_compiler
+    from triton.runtime.autotuner import Autotuner
+
+    fn, values = kernel, dict(kwargs)
+    if isinstance(kernel, Autotuner):  # orig traces the first config, so the names follow it
+        fn = kernel.fn
+        if kernel.configs:
+            values.update(kernel.configs[0].kwargs)
+    params = getattr(fn, "params", None)
+    if params is None or tma_descriptor_metadata:  # orig fails or handles these; nothing to fix
+        return orig(kernel, kwargs, tma_descriptor_metadata)
+    constexpr = {p.name for p in params if p.is_constexpr}
+    real_source = triton_compiler.ASTSource
+
+    class ASTSource(real_source):
+        def __init__(self, src_fn, signature, constexprs=None, attrs=None):
+            def name(key):
+                return key if isinstance(key, str) else src_fn.arg_names[key[0]]
+            kept = {k: v for k, v in (constexprs or {}).items() if v is None or name(k) in constexpr}
+            super().__init__(src_fn, signature, kept, attrs)
+
+    triton_compiler.ASTSource = ASTSource  # generate_ttir imports it from there on each call
+    try:
+        module, _tensor_names = orig(kernel, kwargs, tma_descriptor_metadata)
+    finally:
+        triton_compiler.ASTSource = real_source
+    return module, [n for n in fn.arg_names if n not in constexpr and values.get(n) is not None]
+
+
+def _install_ttir_scalar_fix() -> bool:
+    try:
+        from torch._higher_order_ops import triton_kernel_wrap
+        orig = triton_kernel_wrap.generate_ttir
+    except (ImportError, AttributeError):
+        return False
+    if getattr(orig, "_trident_fix", False) or not _scalar_args_inlined(orig):
+        return True
+
+    def generate_ttir(kernel, kwargs, tma_descriptor_metadata):
+        if getattr(_capture, "active", False):
+            return _generate_ttir_keeping_scalars(orig, kernel, kwargs, tma_descriptor_metadata)
+        return orig(kernel, kwargs, tma_descriptor_metadata)
+
+    generate_ttir._trident_fix = True
+    triton_kernel_wrap.generate_ttir = generate_ttir
+    return True
+
+
+_install_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _no_real_value_copies():
-    with _alias_lock:
+def capturing():
+    """What trident changes in torch while it captures (export, or the backend's AOT trace), and
+    only then: no real-value copies of lifted tensors, and scalar-correct Triton mutation analysis."""
+    with _install_lock:
         _install_real_value_alias()
+        _install_ttir_scalar_fix()
     prev = getattr(_capture, "active", False)
     _capture.active = True
     try:

@@ -19,6 +19,7 @@ import torch.utils._pytree as pytree
 from torch.export.graph_signature import (ConstantArgument, InputKind, InputSpec, OutputKind, OutputSpec,
                                           SymIntArgument, TensorArgument)
 
+from . import _compat
 from .compiled import CompiledFunction
 from .config import Options
 from .lower import lower
@@ -98,4 +99,5 @@ def trident_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
 
         return make_boxed_func(run)
 
-    return aot_autograd(fw_compiler=fw_compiler, keep_inference_input_mutations=True)(gm, example_inputs)
+    with _compat.capturing():
+        return aot_autograd(fw_compiler=fw_compiler, keep_inference_input_mutations=True)(gm, example_inputs)

@@ -21,6 +21,20 @@ def scale_inplace(x_ptr, n, alpha, BLOCK: tl.constexpr):
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) * alpha, mask=m)
 
 
+@triton.jit
+def scaled_copy(src_ptr, dst_ptr, n, alpha, BLOCK: tl.constexpr):
+    """Uses its float parameter as a Triton value (`.to`), as decode attention does with its scale."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=m) * alpha.to(tl.float32), mask=m)
+
+
+def scaled_copy_then_add(src, dst):
+    n = src.numel()
+    scaled_copy[(triton.cdiv(n, 128),)](src, dst, n, 0.5, BLOCK=128)
+    return src + dst  # src is read again: a clone of it could not be dropped
+
+
 def vector_add(x, y):
     out = torch.empty_like(x)
     n = x.numel()
@@ -89,6 +103,24 @@ def test_kernel_writing_an_input_in_place_writes_it_natively():
     assert '"ptr,i32,fp32"' in text                    # n=1000 not /16 but kept; alpha is fp32
     assert re.search(r"launch 0 grid\(8, 1, 1\) \(%0, 1000, 0\.5\)", text), text
     assert "aten::clone" not in text and "aten::copy_" not in text
+
+
+def test_a_scalar_used_as_a_triton_value_does_not_make_every_input_mutated():
+    # torch 2.11's mutation analysis inlined scalars as constants, failed on `alpha.to(...)` and
+    # assumed every input written; trident's capture keeps scalars as TTIR arguments (_compat).
+    from torch._higher_order_ops import triton_kernel_wrap as tkw
+
+    from trident import _compat
+    src, dst = torch.randn(1000), torch.randn(1000)
+    kwargs = {"src_ptr": src, "dst_ptr": dst, "n": 1000, "alpha": 0.5, "BLOCK": 128}
+    with _compat.capturing():
+        assert tkw.generate_ttir(scaled_copy, kwargs, {})[1] == ["src_ptr", "dst_ptr", "n", "alpha"]
+        # the shim itself (active only on a torch that inlines scalars) names the same parameters
+        module, names = _compat._generate_ttir_keeping_scalars(tkw.generate_ttir, scaled_copy, kwargs, {})
+        assert names == ["src_ptr", "dst_ptr", "n", "alpha"] and "%alpha: f32" in str(module)
+    lowered, _ = _spec_text(scaled_copy_then_add, src, dst)
+    text = lowered.text
+    assert '"ptr,ptr,i32,fp32"' in text and "aten::clone" not in text, text
 
 
 def test_compiled_module_on_cpu_tensors_fails_clearly_and_stays_usable():

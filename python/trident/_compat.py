@@ -27,9 +27,9 @@ def treespec_is_leaf(spec: pytree.TreeSpec) -> bool:
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
                    dynamic_shapes=None) -> "torch.export.ExportedProgram":
     """Dynamo-based capture to a functional ATen graph (torch.export, strict mode)."""
-    with capturing():
+    with capturing():  # run_decompositions functionalizes, so it analyses Triton kernels too
         ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
-    return ep.run_decompositions({})
+        return ep.run_decompositions({})
 
 
 # Strict export makes Dynamo keep a *real* copy of every tensor it lifts (each parameter, buffer
@@ -112,6 +112,7 @@ def _install_ttir_scalar_fix() -> bool:
     try:
         from torch._higher_order_ops import triton_kernel_wrap
         orig = triton_kernel_wrap.generate_ttir
+        orig_identify = triton_kernel_wrap.identify_mutated_tensors
     except (ImportError, AttributeError):
         return False
     if getattr(orig, "_trident_fix", False) or not _scalar_args_inlined(orig):
@@ -122,8 +123,17 @@ def _install_ttir_scalar_fix() -> bool:
             return _generate_ttir_keeping_scalars(orig, kernel, kwargs, tma_descriptor_metadata)
         return orig(kernel, kwargs, tma_descriptor_metadata)
 
+    def identify_mutated_tensors(kernel, kwargs, tma_descriptor_metadata):
+        names = orig_identify(kernel, kwargs, tma_descriptor_metadata)
+        if not getattr(_capture, "active", False):
+            return names
+        # A scalar that feeds a store's address reads as written once scalars are TTIR parameters;
+        # only tensors can be (torch 2.13's get_mutated_tensors filters the same way).
+        return [n for n in names if isinstance(kwargs.get(n), torch.Tensor)]
+
     generate_ttir._trident_fix = True
     triton_kernel_wrap.generate_ttir = generate_ttir
+    triton_kernel_wrap.identify_mutated_tensors = identify_mutated_tensors
     return True
 
 

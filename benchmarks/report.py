@@ -201,7 +201,8 @@ def table(results):
     env = meta.get("env", {})
     title = (f"torch-trident benchmarks: {env.get('gpu', env.get('device', '?'))}, torch {env.get('torch', '?')}, "
              f"triton {env.get('triton', '?')}, {'quick' if meta.get('quick') else 'full'} run, "
-             f"{meta.get('elapsed_s', 0):.0f} s, commit {meta.get('commit') or '?'}")
+             f"{meta.get('elapsed_s', 0):.0f} s, commit {meta.get('commit') or '?'}"
+             + (f", best of {meta['rounds']} rounds" if meta.get("rounds", 1) > 1 else ""))
     lines = ["=" * len(title), title, "=" * len(title), ""]
     suites = meta.get("suites", "percall,decode").split(",")
     lines += (percall_table(results) if "percall" in suites else []) + (

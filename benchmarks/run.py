@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE))
 import cases  # noqa: E402
 import modes  # noqa: E402
 import report  # noqa: E402
+import rounds  # noqa: E402
 import timing  # noqa: E402
 import worker  # noqa: E402
 
@@ -43,6 +44,9 @@ def parse_args():
     p.add_argument("--suites", default="percall,decode",
                    help="comma-separated subset of: percall, decode, hf (HF Llama greedy generation; "
                         "not in the default: run it on its own)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every mode this many times, alternating the order, and keep each entry's "
+                        "fastest round (host speed drifts on shared machines; see rounds.py)")
     p.add_argument("--fresh-caches", action="store_true",
                    help="empty Inductor/Triton/trident caches under DIR/caches (cold compile latency)")
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)   # cpu: smoke tests only
@@ -59,14 +63,16 @@ def worker_env(args, out):
     return env
 
 
-def run_worker(mode, args, out, cap):
-    """Run one mode's worker with a hard time cap; returns its (possibly partial) result."""
-    raw = out / "raw" / f"{mode}.json"
+def run_worker(mode, args, out, cap, name):
+    """Run one mode's worker with a hard time cap; returns its (possibly partial) result. `name`
+    names its log and raw result files (the mode, with the round after the first)."""
+    raw = out / "raw" / f"{name}.json"
     raw.unlink(missing_ok=True)
     cmd = [sys.executable, str(HERE / "worker.py"), "--mode", mode, "--out", str(raw),
            "--deadline-s", str(max(cap - WORKER_MARGIN_S, 1.0)), "--suites", args.suites, "--device", args.device]
     cmd += ["--quick"] * args.quick + ["--tiny"] * args.tiny
-    with open(out / "logs" / f"{mode}.log", "w") as logf:
+    log = out / "logs" / f"{name}.log"
+    with open(log, "w") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=worker_env(args, out),
                                 cwd=str(HERE), start_new_session=True)
         try:
@@ -79,12 +85,11 @@ def run_worker(mode, args, out, cap):
     except (OSError, ValueError):
         result = {"mode": mode, "percall": {}, "decode": {}, "hf": {}}
     result.setdefault("hf", {})
-    result["worker"] = {"rc": rc, "killed_at_cap": killed, "cap_s": round(cap, 1),
-                        "log": str(out / "logs" / f"{mode}.log")}
+    result["worker"] = {"rc": rc, "killed_at_cap": killed, "cap_s": round(cap, 1), "log": str(log)}
     if killed:
         missing = {"status": modes.TIMEOUT, "message": f"worker killed at its time cap ({cap:.0f} s)"}
     else:
-        tail = (out / "logs" / f"{mode}.log").read_text(errors="replace").strip().splitlines()[-1:]
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
         missing = {"status": modes.ERROR, "message": f"worker exited with rc={rc}: {' '.join(tail)}"}
     fill_missing(result, args, missing)
     return result
@@ -132,8 +137,36 @@ def git_commit():
         return None
 
 
+def run_mode(mode, later, deadline, args, out, results, say, round_index):
+    """One worker for `mode` with its share of the time left before `deadline`."""
+    label = f" round {round_index + 1}/{args.rounds}" if args.rounds > 1 else ""
+    name = mode if round_index == 0 else f"{mode}.round{round_index + 1}"
+    remaining = deadline - time.monotonic()
+    weight = modes.WEIGHTS[mode]
+    share = remaining * weight / (weight + sum(modes.WEIGHTS[m] for m in later))
+    allowed = remaining - RESERVE_PER_LATER_MODE_S * len(later)
+    cap = min(allowed, max(1.5 * share, MIN_CAP_S))
+    if cap < 2 * WORKER_MARGIN_S:
+        say(f"{mode}{label}: skipped, no time left")
+        return fill_missing({"mode": mode, "percall": {}, "decode": {}, "hf": {}}, args, {
+            "status": modes.SKIPPED, "message": "no time left in the run's budget"})
+    say(f"{mode}{label}: running (cap {cap:.0f} s, log {out / 'logs' / (name + '.log')})")
+    t0 = time.monotonic()
+    result = run_worker(mode, args, out, cap, name)
+    if mode == "eager" or "env" not in results["meta"]:
+        results["meta"]["env"] = result.get("env", results["meta"].get("env"))
+    if result.get("decode_config"):
+        results["decode_config"] = result["decode_config"]
+    if result.get("hf_config") and (mode == "eager" or "hf_config" not in results):
+        results["hf_config"] = result["hf_config"]
+    say(f"{mode}{label}: {summary(result)} ({time.monotonic() - t0:.0f} s)")
+    return result
+
+
 def main():
     args = parse_args()
+    if args.rounds < 1:
+        sys.exit(f"--rounds must be at least 1, got {args.rounds}")
     out = Path(args.out).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "raw").mkdir(exist_ok=True)
@@ -155,29 +188,16 @@ def main():
     else:
         results["native_floor"] = {"status": "unavailable", "message": "not measured (no GPU run)"}
 
-    for i, mode in enumerate(selected):
-        later = selected[i + 1:]
-        remaining = deadline - time.monotonic()
-        weight = modes.WEIGHTS[mode]
-        share = remaining * weight / (weight + sum(modes.WEIGHTS[m] for m in later))
-        allowed = remaining - RESERVE_PER_LATER_MODE_S * len(later)
-        cap = min(allowed, max(1.5 * share, MIN_CAP_S))
-        if cap < 2 * WORKER_MARGIN_S:
-            say(f"{mode}: skipped, no time left")
-            results["modes"][mode] = fill_missing({"mode": mode, "percall": {}, "decode": {}, "hf": {}}, args, {
-                "status": modes.SKIPPED, "message": "no time left in the run's budget"})
-            continue
-        say(f"{mode}: running (cap {cap:.0f} s, log {out / 'logs' / (mode + '.log')})")
-        t0 = time.monotonic()
-        result = run_worker(mode, args, out, cap)
-        results["modes"][mode] = result
-        if mode == "eager" or "env" not in results["meta"]:
-            results["meta"]["env"] = result.get("env", results["meta"].get("env"))
-        if result.get("decode_config"):
-            results["decode_config"] = result["decode_config"]
-        if result.get("hf_config") and (mode == "eager" or "hf_config" not in results):
-            results["hf_config"] = result["hf_config"]
-        say(f"{mode}: {summary(result)} ({time.monotonic() - t0:.0f} s)")
+    per_round = {m: [] for m in selected}
+    rounds_start = time.monotonic()
+    for r in range(args.rounds):
+        round_deadline = rounds_start + (deadline - rounds_start) * (r + 1) / args.rounds
+        order = rounds.order(selected, r)
+        for i, mode in enumerate(order):
+            per_round[mode].append(run_mode(mode, order[i + 1:], round_deadline, args, out, results, say, r))
+    results["meta"]["rounds"] = args.rounds
+    for mode in selected:
+        results["modes"][mode] = rounds.merge(per_round[mode])
 
     results["meta"]["elapsed_s"] = time.monotonic() - start
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))

@@ -1,0 +1,42 @@
+"""The benchmark suite's driver on CPU: run.py with the tiny decoder (reference ops instead of the
+Triton kernels), two rounds, and the best-of-rounds merge. Timings here mean nothing; what is
+checked is that every entry runs, is compared with eager, and is merged without hiding a failure."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import rounds  # noqa: E402
+
+
+def test_two_rounds_of_eager_and_trident_on_the_tiny_decoder(tmp_path):
+    cmd = [sys.executable, str(BENCH / "run.py"), "--out", str(tmp_path), "--device", "cpu", "--tiny",
+           "--modes", "eager,trident", "--suites", "decode", "--rounds", "2", "--budget-s", "240"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["meta"]["rounds"] == 2
+    assert "best of 2 rounds" in (tmp_path / "table.txt").read_text()
+    for mode in ("eager", "trident"):
+        assert [w["rc"] for w in results["modes"][mode]["rounds"]] == [0, 0]
+        for batch, slot in results["modes"][mode]["decode"].items():
+            for scenario in ("fixed", "growing"):
+                e = slot[scenario]
+                assert e["status"] == "ok" and e["check"]["ok"], (mode, batch, scenario, e)
+                assert len(e["round_values"]) == 2 and e["ms"] == min(e["round_values"]), e
+    assert (tmp_path / "logs" / "trident.round2.log").exists()
+
+
+def test_a_failed_round_is_kept_over_a_faster_passing_one():
+    ok = {"status": "ok", "ms": 1.0, "first_call_s": 5.0}
+    failed = {"status": "FAILED", "ms": 0.5, "first_call_s": 0.1}
+    fast = {"status": "ok", "ms": 0.8, "first_call_s": 0.2}
+    per_round = [{"percall": {}, "hf": {}, "decode": {"1": {"fixed": ok, "growing": ok}}},
+                 {"percall": {}, "hf": {}, "decode": {"1": {"fixed": failed, "growing": fast}}}]
+    merged = rounds.merge(per_round)["decode"]["1"]
+    assert merged["fixed"]["status"] == "FAILED" and merged["fixed"]["round_values"] == [1.0, 0.5]
+    # the fastest passing round wins; the first-call time stays the first (cold) round's
+    assert merged["growing"]["ms"] == 0.8 and merged["growing"]["first_call_s"] == 5.0
+    assert rounds.order(["a", "b", "c"], 1) == ["c", "b", "a"]

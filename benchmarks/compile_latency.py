@@ -2,13 +2,14 @@
 specialization that needs a new capture, and time to add one that re-lowers a captured program
 (a Triton `% 16` variant of the position) with its kernels already compiled.
 
-    python3 benchmarks/compile_latency.py [--layers N] [--cpu]
+    python3 benchmarks/compile_latency.py [--layers N] [--cpu] [--json PATH]
 
 On a GPU machine it runs the real decoder. With --cpu (or without a GPU) it compiles for sm_90 with
 Triton's driver faked (no kernel runs; each call stops at the first launch on CPU tensors), which
 times the same capture, lowering and compile work on the host.
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -49,6 +50,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--cpu", action="store_true", help="compile for sm_90 with a fake driver, run nothing")
+    ap.add_argument("--json", help="also write the rows here (run.py's latency suite reads them)")
     opts = ap.parse_args()
     on_cpu = opts.cpu or not torch.cuda.is_available()
     if on_cpu:
@@ -75,9 +77,14 @@ def main():
             c = trident.counters(fast)
             rows.append((run, "-", f"specializations {c['specializations']}, C compile "
                                    f"{c['compile_seconds']:.2f} s in all", None))
-    print(f"compile latency, {opts.layers}-layer decoder ({'sm_90 compile on CPU' if on_cpu else device}), s")
+    where = "sm_90 compile on CPU" if on_cpu else device
+    print(f"compile latency, {opts.layers}-layer decoder ({where}), s")
     for run, pos, what, s in rows:
         print(f"  {run:5s} pos {pos!s:4s} {'' if s is None else f'{s:7.3f}'}  {what}")
+    if opts.json:
+        Path(opts.json).write_text(json.dumps({
+            "layers": opts.layers, "where": where,
+            "rows": [{"run": run, "pos": pos, "what": what, "seconds": s} for run, pos, what, s in rows]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -196,6 +196,20 @@ def latency_table(results):
     return lines + [""]
 
 
+def compile_latency_table(results):
+    """trident's time to add specializations to the decode step (compile_latency.py's rows)."""
+    lat = results.get("latency") or {}
+    if lat.get("status") != OK:
+        return ["Adding specializations (compile_latency.py): " + f"{lat.get('status', '-')} {lat.get('message', '')}".strip(),
+                ""]
+    lines = [f"Adding specializations, trident, {lat['layers']}-layer decode step ({lat['where']}), s: cold = "
+             "caches as found, warm = a second compiled function after the first (every kernel compiled)", ""]
+    for row in lat["rows"]:
+        secs = "" if row["seconds"] is None else f"{row['seconds']:7.3f}"
+        lines.append(f"  {row['run']:5s} pos {row['pos']!s:4s} {secs:>7s}  {row['what']}")
+    return lines + [""]
+
+
 def table(results):
     meta = results.get("meta", {})
     env = meta.get("env", {})
@@ -207,7 +221,9 @@ def table(results):
     suites = meta.get("suites", "percall,decode").split(",")
     lines += (percall_table(results) if "percall" in suites else []) + (
         decode_table(results) if "decode" in suites else []) + (
-        hf_table(results) if "hf" in suites else []) + latency_table(results)
+        hf_table(results) if "hf" in suites else []) + (
+        latency_table(results) if results.get("modes") else []) + (
+        compile_latency_table(results) if "latency" in suites else [])
     lines.append("statuses: ok | FAILED (result differs from eager; time still shown in the JSON) | unsupported "
                  "(UnsupportedError or missing/failing backend) | error | timeout | skipped (time budget)")
     return "\n".join(lines)

@@ -32,6 +32,7 @@ BUDGET_S = {"full": 500.0, "quick": 260.0}   # the run must end under 9 and 5 mi
 RESERVE_PER_LATER_MODE_S = 15.0               # kept back for each mode still to run
 MIN_CAP_S = 60.0                              # a mode's cap is at least this, when the budget allows
 WORKER_MARGIN_S = 10.0                        # a worker stops starting entries this long before its kill
+LATENCY_CAP_S = {"full": 120.0, "quick": 60.0}  # compile_latency.py, kept back from the modes' budget
 
 
 def parse_args():
@@ -41,9 +42,10 @@ def parse_args():
     p.add_argument("--budget-s", type=float, help="total time budget in seconds (default 500, quick 260)")
     p.add_argument("--modes", default=",".join(m for m, _, _ in modes.MODES),
                    help="comma-separated subset of: " + ", ".join(m for m, _, _ in modes.MODES))
-    p.add_argument("--suites", default="percall,decode",
-                   help="comma-separated subset of: percall, decode, hf (HF Llama greedy generation; "
-                        "not in the default: run it on its own)")
+    p.add_argument("--suites", default="percall,decode,latency",
+                   help="comma-separated subset of: percall, decode, latency (trident's time to add "
+                        "specializations to the decode step), hf (HF Llama greedy generation; not in the "
+                        "default: run it on its own)")
     p.add_argument("--rounds", type=int, default=1,
                    help="run every mode this many times, alternating the order, and keep each entry's "
                         "fastest round (host speed drifts on shared machines; see rounds.py)")
@@ -110,6 +112,29 @@ def fill_missing(result, args, missing):
         for batch in worker.HF_BATCHES:
             result.setdefault("hf", {}).setdefault(str(batch), dict(missing))
     return result
+
+
+def run_latency(args, out, cap):
+    """compile_latency.py in its own process: trident's time to first result and to add a
+    specialization to the decode step, with its kernels compiled then and already compiled."""
+    raw, log = out / "raw" / "latency.json", out / "logs" / "latency.log"
+    raw.unlink(missing_ok=True)
+    cmd = [sys.executable, str(HERE / "compile_latency.py"), "--json", str(raw)]
+    cmd += ["--layers", "1" if args.tiny else "2" if args.quick else "8"] + ["--cpu"] * (args.device != "cuda")
+    with open(log, "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=worker_env(args, out),
+                                cwd=str(HERE), start_new_session=True)
+        try:
+            rc = proc.wait(timeout=cap)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return {"status": modes.TIMEOUT, "message": f"killed at its time cap ({cap:.0f} s)", "log": str(log)}
+    try:
+        return dict(json.loads(raw.read_text()), status=modes.OK, log=str(log))
+    except (OSError, ValueError):
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+        return {"status": modes.ERROR, "message": f"rc={rc}: {' '.join(tail)}", "log": str(log)}
 
 
 def summary(result):
@@ -188,8 +213,13 @@ def main():
     else:
         results["native_floor"] = {"status": "unavailable", "message": "not measured (no GPU run)"}
 
+    suites = args.suites.split(",")
+    if not {"percall", "decode", "hf"} & set(suites):
+        selected = []  # --suites latency alone: no mode worker has anything to run
+    latency_cap = LATENCY_CAP_S["quick" if args.quick else "full"] if "latency" in suites else 0.0
     per_round = {m: [] for m in selected}
     rounds_start = time.monotonic()
+    deadline -= latency_cap
     for r in range(args.rounds):
         round_deadline = rounds_start + (deadline - rounds_start) * (r + 1) / args.rounds
         order = rounds.order(selected, r)
@@ -198,6 +228,10 @@ def main():
     results["meta"]["rounds"] = args.rounds
     for mode in selected:
         results["modes"][mode] = rounds.merge(per_round[mode])
+    if "latency" in suites:
+        say(f"latency: running compile_latency.py (cap {latency_cap:.0f} s)")
+        results["latency"] = run_latency(args, out, max(latency_cap, deadline + latency_cap - time.monotonic()))
+        say(f"latency: {results['latency']['status']}")
 
     results["meta"]["elapsed_s"] = time.monotonic() - start
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine, one call: build, GPU tests, then the benchmark suite.
-# Usage: gpu_bench.sh [--quick] [tests | triton-tests] [latency]   (BENCH_BUDGET=seconds caps the suite;
+# Usage: gpu_bench.sh [--quick] [tests | triton-tests]
+# (BENCH_BUDGET=seconds caps the suite, compile latency included;
 # BENCH_ROUNDS=N runs every mode N times and keeps each entry's fastest round;
 # BENCH_COMMIT=<commit> names the commit in the table: the machine's copy of .git may be stale)
 set -uo pipefail
@@ -19,8 +20,4 @@ fi
 quick=""; [[ " $* " == *" --quick "* ]] && quick="--quick"
 python3 benchmarks/run.py --out "$OUT/bench" $quick ${BENCH_BUDGET:+--budget-s $BENCH_BUDGET} ${BENCH_ROUNDS:+--rounds $BENCH_ROUNDS} >"$OUT/bench.log" 2>&1
 cp "$OUT/bench/results.json" "$OUT/bench/decode.png" "$OUT/bench/table.txt" "$OUT/" 2>/dev/null
-if [[ " $* " == *" latency "* ]]; then  # compile latency of the decode step (about a minute)
-  python3 benchmarks/compile_latency.py >"$OUT/compile_latency.txt" 2>&1
-fi
 tail -60 "$OUT/bench.log"
-[[ -f "$OUT/compile_latency.txt" ]] && tail -10 "$OUT/compile_latency.txt"

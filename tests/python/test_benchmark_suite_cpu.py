@@ -1,5 +1,6 @@
 """The benchmark suite's driver on CPU: run.py with the tiny decoder (reference ops instead of the
-Triton kernels), two rounds, and the best-of-rounds merge. Timings here mean nothing; what is
+Triton kernels), two rounds, the best-of-rounds merge, and the compile-latency suite (Triton
+compiles for sm_90 with a faked driver). Timings here mean nothing; what is
 checked is that every entry runs, is compared with eager, and is merged without hiding a failure."""
 import json
 import subprocess
@@ -13,7 +14,7 @@ import rounds  # noqa: E402
 
 def test_two_rounds_of_eager_and_trident_on_the_tiny_decoder(tmp_path):
     cmd = [sys.executable, str(BENCH / "run.py"), "--out", str(tmp_path), "--device", "cpu", "--tiny",
-           "--modes", "eager,trident", "--suites", "decode", "--rounds", "2", "--budget-s", "240"]
+           "--modes", "eager,trident", "--suites", "decode,latency", "--rounds", "2", "--budget-s", "240"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
@@ -27,6 +28,13 @@ def test_two_rounds_of_eager_and_trident_on_the_tiny_decoder(tmp_path):
                 assert e["status"] == "ok" and e["check"]["ok"], (mode, batch, scenario, e)
                 assert len(e["round_values"]) == 2 and e["ms"] == min(e["round_values"]), e
     assert (tmp_path / "logs" / "trident.round2.log").exists()
+    # the latency suite ran all of its steps (its figures are only meaningful on the GPU machine)
+    lat = results["latency"]
+    assert lat["status"] == "ok", lat
+    assert [(r["run"], r["pos"]) for r in lat["rows"]] == [
+        (run, pos) for run in ("cold", "warm") for pos in (127, 128, 143, "-")], lat["rows"]
+    assert all(r["seconds"] > 0 for r in lat["rows"] if r["pos"] != "-")
+    assert "Adding specializations, trident" in (tmp_path / "table.txt").read_text()
 
 
 def test_a_failed_round_is_kept_over_a_faster_passing_one():

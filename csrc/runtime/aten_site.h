@@ -14,6 +14,7 @@
 #include "ir/ir.h"
 #include "runtime/buffer_reuse.h"
 #include "runtime/frame.h"
+#include "runtime/lt_gemm.h"
 
 namespace trident::runtime {
 
@@ -41,6 +42,7 @@ struct AtenSite {
   mutable ReusableBuffer reuse;     // allocation sites only: last call's buffer (buffer_reuse.h)
   mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed.cpp)
   std::shared_ptr<void> typed_handle;  // generic typed sites: their c10::TypedOperatorHandle
+  std::shared_ptr<LtGemm> gemm;        // mm and linear sites: their cuBLASLt plan (lt_gemm.h)
 
   AtenSite(std::string n, c10::OperatorHandle h) : name(std::move(n)), op(std::move(h)) {}
   void invoke(trd_frame& f, const int64_t* dyn) const;

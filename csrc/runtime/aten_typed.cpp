@@ -111,12 +111,29 @@ bool mm_shapes(const at::Tensor& a, const at::Tensor& b) {
   return a.dim() == 2 && b.dim() == 2 && a.layout() == c10::kStrided && b.layout() == c10::kStrided;
 }
 
+// a @ b for 2-D a and b: through the site's cuBLASLt plan when it serves the call (lt_gemm.h: same
+// bits as at::mm, less host time), else ATen. cuBLASLt only where no autograd history is recorded.
+void mm_into(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  if (!(f.below_autograd && s.gemm && s.gemm->run(a, b, out))) at::_ops::mm_out::call(a, b, out);
+}
+at::Tensor mm_fresh(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b) {
+  const c10::ScalarType dt = a.scalar_type();
+  if (f.below_autograd && s.gemm && s.gemm->state() != LtGemm::State::Declined && a.is_cuda() &&
+      (dt == c10::ScalarType::BFloat16 || dt == c10::ScalarType::Half)) {
+    at::Tensor out = at::detail::empty_generic({a.size(0), b.size(1)}, c10::GetAllocator(c10::DeviceType::CUDA),
+                                               c10::DispatchKeySet(c10::DispatchKey::CUDA), a.scalar_type(),
+                                               std::nullopt);
+    if (s.gemm->run(a, b, out)) return out;
+  }
+  return at::_ops::mm::call(a, b);
+}
+
 void mm(const AtenSite& s, trd_frame& f, const int64_t*) {
   const at::Tensor& a = s.tensor(f, 0);
   const at::Tensor& b = s.tensor(f, 1);
   if (!mm_shapes(a, b)) return s.set_result(f, 0, at::_ops::mm::call(a, b));  // ATen reports the error
-  produce(s, f, matmul_key(a, b.size(1)), [&] { return at::_ops::mm::call(a, b); },
-          [&](at::Tensor& out) { at::_ops::mm_out::call(a, b, out); });
+  produce(s, f, matmul_key(a, b.size(1)), [&] { return mm_fresh(s, f, a, b); },
+          [&](at::Tensor& out) { mm_into(s, f, a, b, out); });
 }
 void bmm(const AtenSite& s, trd_frame& f, const int64_t*) {
   s.set_result(f, 0, at::_ops::bmm::call(s.tensor(f, 0), s.tensor(f, 1)));
@@ -279,8 +296,8 @@ void linear(const AtenSite& s, trd_frame& f, const int64_t*) {
       produce(s, f, matmul_key(x, w.size(0)), [&] { return at::_ops::addmm::call(bias, x, wt, 1, 1); },
               [&](at::Tensor& out) { at::_ops::addmm_out::call(bias, x, wt, 1, 1, out); });
     } else {
-      produce(s, f, matmul_key(x, w.size(0)), [&] { return at::_ops::mm::call(x, wt); },
-              [&](at::Tensor& out) { at::_ops::mm_out::call(x, wt, out); });
+      produce(s, f, matmul_key(x, w.size(0)), [&] { return mm_fresh(s, f, x, wt); },
+              [&](at::Tensor& out) { mm_into(s, f, x, wt, out); });
     }
     return;
   }
@@ -417,7 +434,8 @@ bool AtenSite::may_reuse() const {
          typed == add_tensor || typed == mul_tensor;
 }
 
-TypedFn find_typed(AtenSite& site) {
+namespace {
+TypedFn find_typed_entry(AtenSite& site) {
   const std::string& n = site.name;
   if (n == "aten::mm" && plans_are(site, {P::Tensor, P::Tensor})) return mm;
   if (n == "aten::bmm" && plans_are(site, {P::Tensor, P::Tensor})) return bmm;
@@ -453,6 +471,14 @@ TypedFn find_typed(AtenSite& site) {
       plans_are_from(site, 1, {P::Const, P::Const, P::Const, P::Const, P::Const}))
     return empty_memory_format;
   return find_generic(site);
+}
+
+}  // namespace
+
+TypedFn find_typed(AtenSite& site) {
+  TypedFn fn = find_typed_entry(site);
+  if (fn == mm || fn == linear) site.gemm = std::make_shared<LtGemm>();
+  return fn;
 }
 
 }  // namespace trident::runtime

@@ -59,4 +59,14 @@ LoadedModule::ReuseStats LoadedModule::reuse_stats() const {
   return r;
 }
 
+LoadedModule::GemmStats LoadedModule::gemm_stats() const {
+  GemmStats g;
+  for (const auto& site : sites_) {
+    if (!site.gemm) continue;
+    g.native += site.gemm->state() == LtGemm::State::Ready;
+    g.declined += site.gemm->state() == LtGemm::State::Declined;
+  }
+  return g;
+}
+
 }  // namespace trident::runtime

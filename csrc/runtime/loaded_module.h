@@ -48,6 +48,11 @@ class LoadedModule {
     int64_t holding = 0, escaped = 0, bytes = 0;
   };
   ReuseStats reuse_stats() const;
+  // GEMM sites running through cuBLASLt (checked against at::mm), and sites that handed back to ATen.
+  struct GemmStats {
+    int64_t native = 0, declined = 0;
+  };
+  GemmStats gemm_stats() const;
 
  private:
   std::string path_;

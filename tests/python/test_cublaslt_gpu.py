@@ -1,0 +1,122 @@
+"""fp16/bf16 GEMMs of mm and F.linear sites through cuBLASLt (csrc/runtime/lt_gemm.h), on the GPU
+machine (pytest -m gpu). Each result must equal eager's bit for bit; the counters say which sites
+took the cuBLASLt path and which handed back to ATen."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import trident
+
+pytestmark = pytest.mark.gpu
+
+
+def require_cuda():
+    if not torch.cuda.is_available():
+        pytest.fail("GPU test run without a CUDA device")
+
+
+class Mlp(nn.Module):
+    """The decode step's GEMM shapes: qkv, o, gate+up and down projections of an 8-layer d=2048 model."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.ws = nn.ParameterList(
+            nn.Parameter((torch.randn(n, k, generator=g) / k ** 0.5).to("cuda", dtype), requires_grad=False)
+            for n, k in ((6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632)))
+
+    def forward(self, x):
+        q = F.linear(x, self.ws[0])
+        o = F.linear(q[:, :2048].contiguous(), self.ws[1])
+        gu = F.linear(o, self.ws[2])
+        return F.linear(gu[:, :5632].contiguous() * gu[:, 5632:], self.ws[3])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_decode_shapes_match_eager_bit_for_bit(dtype, batch):
+    require_cuda()
+    model = Mlp(dtype)
+    fast = trident.compile(model)
+    with torch.no_grad():
+        for seed in range(3):
+            x = torch.randn(batch, 2048, generator=torch.Generator().manual_seed(seed)).to("cuda", dtype)
+            assert torch.equal(fast(x), model(x))
+    c = trident.counters(fast)
+    assert (c["cublaslt_gemms"], c["cublaslt_declined"]) == (4, 0), c
+
+
+def test_mm_of_two_arguments_and_fresh_outputs():
+    require_cuda()
+
+    def f(a, w):
+        return a @ w.t(), torch.mm(a, w.t()) * 2  # both returned: fresh outputs every call
+
+    fast = trident.compile(f)
+    a = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(2):
+            for got, want in zip(fast(a, w), f(a, w)):
+                assert torch.equal(got, want)
+    assert trident.counters(fast)["cublaslt_declined"] == 0
+
+
+def test_fp32_grad_mode_and_misaligned_inputs_stay_on_aten():
+    require_cuda()
+    w32 = torch.randn(256, 512, device="cuda")
+    x32 = torch.randn(2, 512, device="cuda")
+    fast = trident.compile(lambda x, w: F.linear(x, w))
+    with torch.no_grad():
+        assert torch.equal(fast(x32, w32), F.linear(x32, w32))
+    assert trident.counters(fast)["cublaslt_gemms"] == 0  # fp32: TF32 settings are ATen's business
+
+    lin = nn.Linear(512, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 512, device="cuda", dtype=torch.bfloat16)
+    fast = trident.compile(lin)
+    y = fast(x)  # grad mode, a weight that requires grad: autograd must record the GEMM
+    assert y.requires_grad and y.grad_fn is not None
+    assert torch.equal(y.detach(), lin(x).detach())
+    assert trident.counters(fast)["cublaslt_gemms"] == 0
+    w = lin.weight
+
+    base = torch.randn(2 * 512 + 1, device="cuda", dtype=torch.bfloat16)
+    xm = base[1:].view(2, 512)  # 2-byte offset: not 256-byte aligned
+    fast = trident.compile(lambda x, w: F.linear(x, w))
+    with torch.no_grad():
+        assert torch.equal(fast(xm, w.detach()), F.linear(xm, w.detach()))
+
+
+def test_changed_reduction_setting_hands_the_site_back_to_aten():
+    require_cuda()
+    model = Mlp(torch.bfloat16)
+    fast = trident.compile(model)
+    x = torch.randn(1, 2048, device="cuda", dtype=torch.bfloat16)
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_bf16_reduced_precision_reduction
+    try:
+        with torch.no_grad():
+            assert torch.equal(fast(x), model(x))
+            matmul.allow_bf16_reduced_precision_reduction = not saved
+            assert torch.equal(fast(x), model(x))
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = saved
+    c = trident.counters(fast)
+    assert (c["cublaslt_gemms"], c["cublaslt_declined"]) == (0, 4), c
+
+
+def test_a_side_stream_gets_its_own_workspace():
+    require_cuda()
+    model = Mlp(torch.bfloat16)
+    fast = trident.compile(model)
+    x = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = model(x)
+        assert torch.equal(fast(x), want)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = fast(x)
+        torch.cuda.current_stream().wait_stream(side)
+        assert torch.equal(got, want)

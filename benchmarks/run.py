@@ -65,6 +65,19 @@ def worker_env(args, out):
     return env
 
 
+def run_capped(cmd, log, cap, env):
+    """Run cmd with its output in `log`, killed with its whole process group (compile
+    subprocesses included) after `cap` seconds. Returns (returncode, killed)."""
+    with open(log, "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=str(HERE),
+                                start_new_session=True)
+        try:
+            return proc.wait(timeout=cap), False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait(), True
+
+
 def run_worker(mode, args, out, cap, name):
     """Run one mode's worker with a hard time cap; returns its (possibly partial) result. `name`
     names its log and raw result files (the mode, with the round after the first)."""
@@ -74,14 +87,7 @@ def run_worker(mode, args, out, cap, name):
            "--deadline-s", str(max(cap - WORKER_MARGIN_S, 1.0)), "--suites", args.suites, "--device", args.device]
     cmd += ["--quick"] * args.quick + ["--tiny"] * args.tiny
     log = out / "logs" / f"{name}.log"
-    with open(log, "w") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=worker_env(args, out),
-                                cwd=str(HERE), start_new_session=True)
-        try:
-            rc, killed = proc.wait(timeout=cap), False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)   # the worker and its compile subprocesses
-            rc, killed = proc.wait(), True
+    rc, killed = run_capped(cmd, log, cap, worker_env(args, out))
     try:
         result = json.loads(raw.read_text())
     except (OSError, ValueError):
@@ -121,15 +127,9 @@ def run_latency(args, out, cap):
     raw.unlink(missing_ok=True)
     cmd = [sys.executable, str(HERE / "compile_latency.py"), "--json", str(raw)]
     cmd += ["--layers", "1" if args.tiny else "2" if args.quick else "8"] + ["--cpu"] * (args.device != "cuda")
-    with open(log, "w") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=worker_env(args, out),
-                                cwd=str(HERE), start_new_session=True)
-        try:
-            rc = proc.wait(timeout=cap)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return {"status": modes.TIMEOUT, "message": f"killed at its time cap ({cap:.0f} s)", "log": str(log)}
+    rc, killed = run_capped(cmd, log, cap, worker_env(args, out))
+    if killed:
+        return {"status": modes.TIMEOUT, "message": f"killed at its time cap ({cap:.0f} s)", "log": str(log)}
     try:
         return dict(json.loads(raw.read_text()), status=modes.OK, log=str(log))
     except (OSError, ValueError):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 # The C compiler for generated modules: TRIDENT_CC, else CC, else `cc`.
 # TRIDENT_TRITON_TARGET ("cuda:90"): compile Triton kernels for this target instead of the active
 #   GPU's; lets machines without a GPU capture and compile (tests, ahead-of-time builds).
+# TRIDENT_BUILTIN_KERNELS: "auto" (default: same-dtype copies and same-shape adds of CUDA tensors run
+#   trident's own Triton kernels, builtin_lower.py), "off", or "all" (any device; CPU tests).
 
 ON_MISS_POLICIES = ("compile", "error", "eager")
 
@@ -42,6 +44,17 @@ def cache_dir() -> str:
     """The cache directory the native toolchain uses (one definition, in C++)."""
     from . import _C
     return _C.cache_dir()
+
+
+BUILTIN_KERNEL_MODES = ("auto", "off", "all")
+
+
+def builtin_kernels() -> str:
+    """TRIDENT_BUILTIN_KERNELS, read at each lowering (tests switch it)."""
+    mode = os.environ.get("TRIDENT_BUILTIN_KERNELS", "auto")
+    if mode not in BUILTIN_KERNEL_MODES:
+        raise ValueError(f"TRIDENT_BUILTIN_KERNELS must be one of {BUILTIN_KERNEL_MODES}, got {mode!r}")
+    return mode
 
 
 def triton_target():

@@ -85,6 +85,18 @@ class Lowered:
     kernel_notes: list[tuple] = field(default_factory=list)
 
 
+def _written_view(node: fx.Node, kind: str):
+    """The fake of the view a slice/select/copy scatter writes (its destination's region)."""
+    args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
+    dst = args[0]
+    if kind == "slice":
+        dim, start, end, step = (args[2:] + [0, None, None, 1][len(args) - 2:])[:4]
+        return torch.ops.aten.slice.Tensor(dst, dim, start, end, step)
+    if kind == "select":
+        return torch.ops.aten.select.int(dst, args[2], args[3])
+    return dst
+
+
 class _Lowerer:
     def __init__(self, ep, structure: str, leaf_of_input: list[int | None], state_index,
                  leaf_values: list | None = None):
@@ -274,6 +286,9 @@ class _Lowerer:
             return
         if not isinstance(op, torch._ops.OpOverload):
             self.fail(node, f"call to {getattr(op, '__name__', op)!r}, which is not an ATen operator")
+        from . import builtin_lower
+        if builtin_lower.add(self, node):
+            return
         schema = op._schema
         self.check_scalar_results_unused(node, schema)
         operands = []
@@ -345,7 +360,10 @@ class _Lowerer:
                     target = self.value()
                     self.lines.append(f"{target} = call {_quote(opname)} ({', '.join([dst] + args)})")
                     self.view_key[target] = key
-                self.lines.append(f"{self.value()} = call \"aten::copy_\" ({target}, {src}, false)")
+                from . import builtin_lower
+                if not builtin_lower.copy(self, node, target, lambda: _written_view(node, kind),
+                                          src, node.args[1].meta.get("val")):
+                    self.lines.append(f"{self.value()} = call \"aten::copy_\" ({target}, {src}, false)")
         elif kind == "index_copy":
             self.lines.append(f"{self.value()} = call \"aten::index_copy_\" ({', '.join(a[:4])})")
         else:  # index_put

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 import trident
-from tutorial_kernels import _layer_norm_fwd_fused, matmul_kernel
+from tutorial_kernels import _layer_norm_fwd_fused, matmul_kernel, scaled_copy_then_add
 
 pytestmark = pytest.mark.gpu
 
@@ -554,19 +554,6 @@ def test_kv_cache_written_in_place_at_pos():
     _run_both(fast, decode_attention, _kv_inputs(9)(), ref=decode_attention_ref, where="pos=9:")
     c = trident.counters(fast)
     assert (c["compiles"], c["specializations"]) == (2, 2), c
-
-
-@triton.jit
-def scaled_copy_kernel(src_ptr, dst_ptr, n, alpha, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=m) * alpha.to(tl.float32), mask=m)
-
-
-def scaled_copy_then_add(src, dst):
-    n = src.numel()
-    scaled_copy_kernel[_grid1(n, 128)](src, dst, n, 0.5, BLOCK=128)
-    return src + dst
 
 
 def test_float_parameter_used_as_a_triton_value_clones_nothing():

@@ -84,3 +84,18 @@ def _layer_norm_fwd_fused(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl
         x_hat = (x - mean) * rstd
         y = x_hat * w + b
         tl.store(Y + cols, y, mask=mask)
+
+
+@triton.jit
+def scaled_copy_kernel(src_ptr, dst_ptr, n, alpha, BLOCK: tl.constexpr):
+    """Uses its float parameter as a Triton value (`.to`), as decode attention does with its scale:
+    torch 2.11's mutation analysis failed on that (trident/_compat.py)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=m) * alpha.to(tl.float32), mask=m)
+
+
+def scaled_copy_then_add(src, dst):
+    n = src.numel()
+    scaled_copy_kernel[(triton.cdiv(n, 128),)](src, dst, n, 0.5, BLOCK=128)
+    return src + dst  # src is read again: a clone of it could not be dropped

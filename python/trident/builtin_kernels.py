@@ -1,0 +1,33 @@
+"""Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
+set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy and a
+same-shape add. builtin_lower.py sends them only the cases where they compute exactly what the ATen
+op computes (see there)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def strided_copy(dst, src, n, s1, s2, s3, d0, d1, d2, d3, r0, r1, r2, r3, BLOCK: tl.constexpr):
+    """dst[i] = src[i] over the index space [n / (s1 s2 s3), s1, s2, s3]; d* and r* are the element
+    strides of dst and src. Same dtype on both sides: a bit-exact copy."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    i3 = offs % s3
+    t = offs // s3
+    i2 = t % s2
+    t = t // s2
+    i1 = t % s1
+    i0 = t // s1
+    v = tl.load(src + i0 * r0 + i1 * r1 + i2 * r2 + i3 * r3, mask=m)
+    tl.store(dst + i0 * d0 + i1 * d1 + i2 * d2 + i3 * d3, v, mask=m)
+
+
+@triton.jit
+def add_contiguous(a, b, out, n, BLOCK: tl.constexpr):
+    """out = a + b, all contiguous with n elements of one dtype (fp16, bf16 or fp32), computed in
+    fp32 and rounded to nearest even: ATen's add with alpha 1 (its opmath is fp32 for these)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(a + offs, mask=m).to(tl.float32)
+    y = tl.load(b + offs, mask=m).to(tl.float32)
+    tl.store(out + offs, (x + y).to(out.dtype.element_ty), mask=m)

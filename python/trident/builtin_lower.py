@@ -1,0 +1,116 @@
+"""ATen ops lowered to trident's own Triton kernels (builtin_kernels.py) and launched natively, when
+the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
+writes of a KV cache), and `a + b` of two contiguous same-shape fp16/bf16/fp32 tensors with alpha 1
+(a residual add). Everything else, and every case with a symbolic size or stride, stays an ATen call.
+
+Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tensors), off, or all (any
+device; the launch then fails on CPU tensors, which is how CPU tests check the lowering without a GPU)."""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from . import builtin_kernels, config
+from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
+
+BLOCK = 1024
+_INT32_MAX = 2 ** 31 - 1
+_ADD_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _eligible_device(fake) -> bool:
+    mode = config.builtin_kernels()
+    return mode == "all" or (mode == "auto" and fake.device.type == "cuda")
+
+
+def _static(values) -> bool:
+    return all(isinstance(v, int) for v in values)
+
+
+def _fits_int32(fake) -> bool:
+    """Every element offset the kernel computes fits its int32 index arithmetic."""
+    span = sum((s - 1) * abs(st) for s, st in zip(fake.shape, fake.stride()))
+    return fake.numel() <= _INT32_MAX and span <= _INT32_MAX
+
+
+def _plain(fake) -> bool:
+    return (isinstance(fake, torch.Tensor) and fake.layout == torch.strided and not fake.is_conj()
+            and not fake.is_neg() and _static(fake.shape) and _static(fake.stride()) and fake.numel() > 0
+            and _fits_int32(fake))
+
+
+def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int):
+    """Compile `kernel` for these arguments (tensors: name -> (operand, fake)) and emit its launch."""
+    specs = []
+    for name in kernel.arg_names:
+        if name in tensors:
+            fake = tensors[name][1]
+            aligned = lw.alignment(fake)
+            specs.append(ArgSpec(name, "tensor", dtype=fake.dtype, aligned16=aligned))
+            if aligned:
+                lw.guard_alignment(fake)
+        else:
+            specs.append(argspec_from_value(name, values[name]))
+    ck = compile_kernel(kernel, specs, config.triton_target(), {})
+    from .triton_lower import _cubin_path
+    kid = lw.add_kernel(ck, _cubin_path(ck.cubin))
+    operands = []
+    for p in ck.params:
+        if p.arg_index < 0:
+            continue  # scratch pointers: appended by the runtime
+        name = kernel.arg_names[p.arg_index]
+        operands.append(tensors[name][0] if name in tensors else lw.literal(node, values[name]))
+    grid = (n + BLOCK - 1) // BLOCK
+    lw.lines.append(f"launch {kid} grid({grid}, 1, 1) ({', '.join(operands)})")
+    lw.ops.append(f"builtin:{kernel.fn.__name__}")
+
+
+def copy(lw, node: fx.Node, dst: str, dst_view, src: str, src_fake) -> bool:
+    """dst.copy_(src) as a native launch; False when the ATen call must stay. dst_view() gives the
+    fake of the destination (computed only when the source qualifies)."""
+    if not (_plain(src_fake) and _eligible_device(src_fake)):
+        return False
+    dst_fake = dst_view()
+    if not _plain(dst_fake):
+        return False
+    if (src_fake.device != dst_fake.device or src_fake.dtype != dst_fake.dtype
+            or list(src_fake.shape) != list(dst_fake.shape) or dst_fake.dim() > 4):
+        return False
+    if src_fake.untyped_storage()._cdata == dst_fake.untyped_storage()._cdata:
+        return False  # overlapping memory: ATen checks and orders it, the kernel would not
+    pad = 4 - dst_fake.dim()
+    sizes = [1] * pad + list(dst_fake.shape)
+    d = [0] * pad + list(dst_fake.stride())
+    r = [0] * pad + list(src_fake.stride())
+    n = dst_fake.numel()
+    values = {"n": n, "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
+              **{f"d{i}": d[i] for i in range(4)}, **{f"r{i}": r[i] for i in range(4)}}
+    _launch(lw, node, builtin_kernels.strided_copy, {"dst": (dst, dst_fake), "src": (src, src_fake)}, values, n)
+    return True
+
+
+def add(lw, node: fx.Node) -> bool:
+    """`aten::add.Tensor(a, b)` as an allocation and a native launch; False when ATen must run it."""
+    if node.target is not torch.ops.aten.add.Tensor or len(node.args) != 2:
+        return False
+    if node.kwargs.get("alpha", 1) != 1 or set(node.kwargs) - {"alpha"}:
+        return False
+    a, b = node.args
+    if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
+        return False
+    fa, fb, out = a.meta.get("val"), b.meta.get("val"), node.meta.get("val")
+    if not all(_plain(f) for f in (fa, fb, out)) or not _eligible_device(out):
+        return False
+    if not (fa.dtype == fb.dtype == out.dtype and fa.dtype in _ADD_DTYPES and fa.device == fb.device == out.device
+            and list(fa.shape) == list(fb.shape) == list(out.shape)
+            and fa.is_contiguous() and fb.is_contiguous() and out.is_contiguous()):
+        return False
+    res = lw.value()
+    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
+                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
+    lw.ops.append("aten::empty.memory_format")
+    _launch(lw, node, builtin_kernels.add_contiguous,
+            {"a": (lw.operand(node, a), fa), "b": (lw.operand(node, b), fb), "out": (res, out)},
+            {"n": out.numel(), "BLOCK": BLOCK}, out.numel())
+    lw.env[node] = res
+    return True

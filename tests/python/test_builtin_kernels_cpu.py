@@ -1,0 +1,112 @@
+"""ATen copies and adds lowered to trident's own Triton kernels (builtin_lower.py), checked in the
+host IR on a machine without a GPU: kernels compiled for sm_90 with Triton's driver faked, and
+TRIDENT_BUILTIN_KERNELS=all so CPU tensors take the path CUDA tensors take. Running such a module on
+CPU tensors fails clearly, as any Triton launch does."""
+import re
+
+import pytest
+import torch
+import triton
+from fake_cuda import FakeCudaDriver
+
+import trident
+
+
+@pytest.fixture(autouse=True)
+def builtins_on_cpu(monkeypatch):
+    import torch.utils._triton as tu
+    monkeypatch.setattr(tu, "has_triton", lambda: True)
+    monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")
+    monkeypatch.setenv("TRIDENT_BUILTIN_KERNELS", "all")
+    saved = triton.runtime.driver._active
+    triton.runtime.driver.set_active(FakeCudaDriver())
+    yield
+    triton.runtime.driver._active = saved
+
+
+def lowered_text(fn, *args):
+    return trident.controller(trident.compile(fn)).lower_call(*args).text
+
+
+def kv_write(cache, k, pos: int):
+    cache[:, :, pos:pos + 1] = k.unsqueeze(2)
+    return cache[:, :, : pos + 1].sum()
+
+
+def test_kv_cache_slice_write_is_a_native_strided_copy():
+    cache = torch.zeros(2, 4, 64, 32, dtype=torch.bfloat16)
+    k = torch.randn(2, 4, 32, dtype=torch.bfloat16)
+    text = lowered_text(kv_write, cache, k, 5)
+    assert "aten::copy_" not in text, text
+    (decl,) = [ln for ln in text.splitlines() if ln.strip().startswith("kernel ") and "strided_copy" in ln]
+    kid = decl.split()[1]
+    # [2, 4, 1, 32] from k.unsqueeze(2): n 256, sizes (4, 1, 32), dst strides (8192, 2048, 32, 1), src
+    # strides (128, 32, 32, 1); ints equal to 1 are constexprs, dropped from the launch.
+    launch = [ln.strip() for ln in text.splitlines() if ln.strip().startswith(f"launch {kid} ")]
+    assert len(launch) == 1 and re.search(
+        r"grid\(1, 1, 1\) \(%\d+, %\d+, 256, 4, 32, 8192, 2048, 32, 128, 32, 32\)$", launch[0]), launch
+
+
+def residual(x, y):
+    return x + y
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_same_shape_add_is_an_allocation_and_a_native_launch(dtype):
+    x, y = torch.randn(3, 2048, dtype=dtype), torch.randn(3, 2048, dtype=dtype)
+    text = lowered_text(residual, x, y)
+    assert "aten::add" not in text and "add_contiguous" in text, text
+    assert re.search(r'%\d+ = call "aten::empty.memory_format" \(\[3, 2048\]', text), text
+    assert re.search(r"launch 0 grid\(6, 1, 1\) \(%0, %1, %\d+, 6144\)", text), text
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x, y: torch.add(x, y, alpha=2), (torch.randn(8, 16), torch.randn(8, 16))),       # alpha
+    (residual, (torch.randn(8, 16), torch.randn(16))),                                       # broadcast
+    (residual, (torch.randn(8, 16), torch.randn(8, 16, dtype=torch.float16))),               # promotion
+    (residual, (torch.randn(8, 16, dtype=torch.float64), torch.randn(8, 16, dtype=torch.float64))),
+    (residual, (torch.randn(16, 8).t(), torch.randn(8, 16))),                                # layout
+])
+def test_adds_that_are_not_exactly_the_kernel_stay_aten(fn, args):
+    text = lowered_text(fn, *args)
+    assert "aten::add.Tensor" in text and "add_contiguous" not in text, text
+
+
+def cast_write(cache, k, pos: int):
+    cache[:, pos:pos + 1] = k  # fp32 into bf16: a conversion, not a copy
+    return cache.sum()
+
+
+def test_converting_copy_stays_aten():
+    text = lowered_text(cast_write, torch.zeros(4, 16, dtype=torch.bfloat16), torch.randn(4, 1), 3)
+    assert "aten::copy_" in text and "strided_copy" not in text, text
+
+
+def test_off_and_cpu_tensors_under_auto_keep_aten(monkeypatch):
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    for mode in ("off", "auto"):
+        monkeypatch.setenv("TRIDENT_BUILTIN_KERNELS", mode)
+        assert "aten::add.Tensor" in lowered_text(residual, x, y)
+
+
+def test_running_on_cpu_tensors_fails_clearly_and_stays_usable():
+    fast = trident.compile(residual)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="Triton kernel add_contiguous: parameter 0 is not a CUDA tensor"):
+            fast(x, y)
+
+
+def test_kv_write_at_a_symbolic_position_is_still_native():
+    """A second position makes pos symbolic (automatic dynamic) and the destination's offset with it;
+    sizes and strides stay static, which is all the copy kernel needs (the pointer is the runtime
+    view's). On CPU tensors each call stops at its first launch, after its spec is installed."""
+    fast = trident.compile(kv_write)
+    cache, k = torch.zeros(2, 4, 64, 32, dtype=torch.bfloat16), torch.randn(2, 4, 32, dtype=torch.bfloat16)
+    for pos in (5, 6):
+        with pytest.raises(RuntimeError, match="not a CUDA tensor"):
+            fast(cache, k, pos)
+    text = trident.explain(fast, cache, k, 7)
+    assert "spec 1: all guards hold" in text, text
+    spec1 = text[text.index('spec 1 structure'):]
+    assert "aten::copy_" not in spec1 and re.search(r'call "aten::slice.Tensor" \(%\d+, 2, \$\d+, \$\d+, 1\)', spec1), spec1

@@ -32,14 +32,18 @@ struct Workspace {
   c10::DataPtr memory;
 };
 std::mutex g_ws_mu;
-std::vector<Workspace> g_workspaces;
+// Never destroyed: freeing into the caching allocator during interpreter exit is not safe.
+std::vector<Workspace>& workspaces() {
+  static auto* w = new std::vector<Workspace>();
+  return *w;
+}
 
 void* workspace(int device, void* stream) {
   std::lock_guard<std::mutex> lock(g_ws_mu);
-  for (const auto& w : g_workspaces)
+  for (const auto& w : workspaces())
     if (w.device == device && w.stream == stream) return w.memory.get();
-  g_workspaces.push_back({device, stream, c10::GetAllocator(c10::DeviceType::CUDA)->allocate(kWorkspaceBytes)});
-  return g_workspaces.back().memory.get();
+  workspaces().push_back({device, stream, c10::GetAllocator(c10::DeviceType::CUDA)->allocate(kWorkspaceBytes)});
+  return workspaces().back().memory.get();
 }
 
 bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 256 == 0; }

@@ -66,6 +66,21 @@ int64_t eval(const ir::Expr& e, const trd_call& c) {
   }
 }
 
+// The relational guard ops on ints or doubles (divisibility is the caller's: ints only).
+template <typename T>
+bool compare(ir::Guard::Op op, T a, T b) {
+  using Op = ir::Guard::Op;
+  switch (op) {
+    case Op::Eq: return a == b;
+    case Op::Ne: return a != b;
+    case Op::Ge: return a >= b;
+    case Op::Le: return a <= b;
+    case Op::Gt: return a > b;
+    case Op::Lt: return a < b;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 bool check_guard(const ir::Guard& g, const trd_call& c) {
@@ -82,29 +97,13 @@ bool check_guard(const ir::Guard& g, const trd_call& c) {
     if (float_lhs && g.lhs.leaf >= c.nleaves) return false;
     double v = value(g.lhs);
     double w = g.rhs_is_field ? value(g.rhs_field) : float_lhs ? g.rhs_float : static_cast<double>(g.rhs_int);
-    switch (g.op) {
-      case Op::Eq: return v == w;
-      case Op::Ne: return v != w;
-      case Op::Ge: return v >= w;
-      case Op::Le: return v <= w;
-      case Op::Gt: return v > w;
-      case Op::Lt: return v < w;
-      default: return false;
-    }
+    return compare(g.op, v, w);  // a divisibility guard never has a double operand
   }
   int64_t a = read_field(g.lhs, c);
   int64_t b = g.rhs_is_field ? read_field(g.rhs_field, c) : g.rhs_int;
-  switch (g.op) {
-    case Op::Eq: return a == b;
-    case Op::Ne: return a != b;
-    case Op::Ge: return a >= b;
-    case Op::Le: return a <= b;
-    case Op::Gt: return a > b;
-    case Op::Lt: return a < b;
-    case Op::DivisibleBy: return b != 0 && (b == -1 || a % b == 0);
-    case Op::NotDivisibleBy: return b != 0 && b != -1 && a % b != 0;
-  }
-  return false;
+  if (g.op == Op::DivisibleBy) return b != 0 && (b == -1 || a % b == 0);
+  if (g.op == Op::NotDivisibleBy) return b != 0 && b != -1 && a % b != 0;
+  return compare(g.op, a, b);
 }
 
 std::string first_failure(const ir::Spec& spec, const trd_call& c) {

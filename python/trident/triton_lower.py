@@ -215,13 +215,11 @@ class TritonCall:
 
     def _outputs(self, kwargs: dict, to_clone: list[str]) -> dict:
         """Values the kernel writes: the tensor itself when nothing else reads it (in place, as
-        eager), else a clone, as the functional graph says. Only tensors are written: a scalar's name
-        in `to_clone` (an analysis that counts a scalar feeding a store address) names nothing."""
+        eager), else a clone, as the functional graph says. `to_clone` names tensors only (both
+        supported torch versions filter scalars out: _compat.capturing for 2.11)."""
         out = {}
         for name in to_clone:
-            src = kwargs.get(name)
-            if not isinstance(src, fx.Node):
-                continue
+            src = kwargs[name]
             if len(src.users) == 1 and not _is_view(src):
                 out[name] = self.lw.operand(self.node, src)
             else:

@@ -875,16 +875,22 @@ def _aligned_pair():
     return randn(4096), randn(4096)
 
 
+def _alternate_alignment(aligned_first: bool) -> dict:
+    """Two rounds of one aligned and one misaligned vector_add call, each checked; the counters."""
+    fast = trident.compile(vector_add)
+    kinds = [("aligned", _aligned_pair), ("misaligned", _misaligned_pair)]
+    for i in range(2):
+        for name, make in kinds if aligned_first else kinds[::-1]:
+            _run_both(fast, vector_add, make(), ref=torch.add, where=f"{name} {i}:")
+    return trident.counters(fast)
+
+
 def test_aligned_then_misaligned_input():
     require_cuda()
     # The first specialization assumes 16-byte aligned pointers (as Triton's JIT does), so the
     # misaligned call must not run it: it is a second specialization, compiled without that
     # assumption. Each is then hit by a later call of its kind.
-    fast = trident.compile(vector_add)
-    for i in range(2):
-        _run_both(fast, vector_add, _aligned_pair(), ref=torch.add, where=f"aligned {i}:")
-        _run_both(fast, vector_add, _misaligned_pair(), ref=torch.add, where=f"misaligned {i}:")
-    c = trident.counters(fast)
+    c = _alternate_alignment(aligned_first=True)
     assert (c["compiles"], c["specializations"], c["hits"], c["misses"], c["fallbacks"]) == (2, 2, 2, 2, 0), c
 
 
@@ -892,11 +898,7 @@ def test_misaligned_then_aligned_input():
     require_cuda()
     # The other order: the first variant makes no alignment assumption, so an aligned call may
     # reuse it or get its own; either way both are correct and nothing falls back to eager.
-    fast = trident.compile(vector_add)
-    for i in range(2):
-        _run_both(fast, vector_add, _misaligned_pair(), ref=torch.add, where=f"misaligned {i}:")
-        _run_both(fast, vector_add, _aligned_pair(), ref=torch.add, where=f"aligned {i}:")
-    c = trident.counters(fast)
+    c = _alternate_alignment(aligned_first=False)
     assert c["compiles"] == c["specializations"] == c["misses"] and 1 <= c["compiles"] <= 2, c
     assert (c["hits"] + c["misses"], c["fallbacks"]) == (4, 0), c
 

@@ -10,6 +10,7 @@ sync every 100 calls, median of repeats), eager and trident alternating in one p
 import argparse
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,6 +63,21 @@ def time_pair(fn, args, trident_fn, calls, repeats):
     return sorted(e)[len(e) // 2], sorted(t)[len(t) // 2]
 
 
+def submit_us_per_step(step, steps=4, repeats=50):
+    """Host time to issue `steps` steps right after a sync, per step (median of repeats): the host
+    cost alone, as long as the launch queue does not fill (a few hundred launches)."""
+    samples = []
+    with timing.pinned():
+        for _ in range(repeats):
+            timing.sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            samples.append((time.perf_counter() - t0) * 1e6 / steps)
+        timing.sync()
+    return sorted(samples)[len(samples) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
@@ -101,13 +117,16 @@ def main():
             if device == "cuda":  # device time alone: each step captured in a CUDA graph and replayed
                 ge = timing.graph_replay_us(lambda: model.decode_step(x, caches, pos))[0]
                 gt = timing.graph_replay_us(lambda: fast(x, caches, pos))[0]
-                lines.append(f"{name:28s} {e:9.2f} {t:10.2f}  graph replay: eager {ge:.2f} trident {gt:.2f}")
+                se = submit_us_per_step(lambda: model.decode_step(x, caches, pos))
+                st = submit_us_per_step(lambda: fast(x, caches, pos))
+                lines.append(f"{name:28s} {e:9.2f} {t:10.2f}  graph replay: eager {ge:.2f} trident {gt:.2f}"
+                             f"  host submit: eager {se:.2f} trident {st:.2f}")
             else:
                 lines.append(f"{name:28s} {e:9.2f} {t:10.2f}")
             print(lines[-1], flush=True)
         pos = opts.pos[-1]
         ops = trident.controller(fast).last_ops[-1] if trident.controller(fast).last_ops else []
-        lines.append(f"host ops in the trident step: {len(ops)}")
+        lines.append(f"host ops in the trident step: {len(ops)}; counters: {trident.counters(fast)}")
         from torch.profiler import ProfilerActivity, profile
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         tables = []

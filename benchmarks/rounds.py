@@ -5,13 +5,14 @@ and 6: the same trident decode step measured 0.83 ms and 1.32 ms in one call). W
 after another, so a slow spell lands on whichever modes run during it and skews same-run ratios.
 With `--rounds N` every mode runs N times, in forward then reverse order, and each timed entry
 keeps its fastest round; every round's figure stays in the entry (`round_values`). A round whose
-entry failed its check or did not run wins over any time: a fast wrong answer still fails the run.
+entry failed its check or errored wins over any time: a fast wrong answer still fails the run. A
+round skipped for lack of time loses to any round that ran.
 """
 from __future__ import annotations
 
 import copy
 
-OK = "ok"
+OK, SKIPPED = "ok", "skipped"  # modes.py's statuses
 # (suite, time field) of every timed entry; lower is better for all of them.
 TIME_FIELD = {"percall": "us", "decode": "ms", "extras": "ms", "hf": "ms_per_step"}
 # First-call figures are cold only in the first round (later rounds find warm disk caches).
@@ -24,10 +25,11 @@ def order(modes: list[str], round_index: int) -> list[str]:
 
 def _best(entries: list, field: str):
     present = [e for e in entries if isinstance(e, dict)]
-    if not present:
+    ran = [e for e in present if e.get("status") != SKIPPED]
+    if not ran:
         return entries[0]
-    bad = [e for e in present if e.get("status") != OK or field not in e]
-    best = copy.deepcopy(bad[0] if bad else min(present, key=lambda e: e[field]))
+    bad = [e for e in ran if e.get("status") != OK or field not in e]
+    best = copy.deepcopy(bad[0] if bad else min(ran, key=lambda e: e[field]))
     best["round_values"] = [e.get(field) if isinstance(e, dict) else None for e in entries]
     for cold in COLD_FIELDS:
         if cold in present[0]:

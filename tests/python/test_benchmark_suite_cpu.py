@@ -37,14 +37,16 @@ def test_two_rounds_of_eager_and_trident_on_the_tiny_decoder(tmp_path):
     assert "Adding specializations, trident" in (tmp_path / "table.txt").read_text()
 
 
-def test_a_failed_round_is_kept_over_a_faster_passing_one():
+def test_a_failed_round_is_kept_over_a_faster_passing_one_and_a_skipped_round_is_not():
     ok = {"status": "ok", "ms": 1.0, "first_call_s": 5.0}
     failed = {"status": "FAILED", "ms": 0.5, "first_call_s": 0.1}
     fast = {"status": "ok", "ms": 0.8, "first_call_s": 0.2}
-    per_round = [{"percall": {}, "hf": {}, "decode": {"1": {"fixed": ok, "growing": ok}}},
-                 {"percall": {}, "hf": {}, "decode": {"1": {"fixed": failed, "growing": fast}}}]
+    skipped = {"status": "skipped", "message": "no time left in this mode's budget"}
+    per_round = [{"percall": {}, "hf": {}, "decode": {"1": {"fixed": ok, "growing": ok, "b": skipped}}},
+                 {"percall": {}, "hf": {}, "decode": {"1": {"fixed": failed, "growing": fast, "b": ok}}}]
     merged = rounds.merge(per_round)["decode"]["1"]
     assert merged["fixed"]["status"] == "FAILED" and merged["fixed"]["round_values"] == [1.0, 0.5]
+    assert merged["b"]["status"] == "ok" and merged["b"]["ms"] == 1.0 and merged["b"]["round_values"] == [None, 1.0]
     # the fastest passing round wins; the first-call time stays the first (cold) round's
     assert merged["growing"]["ms"] == 0.8 and merged["growing"]["first_call_s"] == 5.0
     assert rounds.order(["a", "b", "c"], 1) == ["c", "b", "a"]

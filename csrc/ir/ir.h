@@ -27,6 +27,9 @@ struct Operand {
     List, Tuple, Dict,              // containers; Dict only in output trees (keys in `keys`)
     ArgRef, StateRef,               // arg(K), state(K): resolved tensor locations, only in the
                                     // call sites and output trees that codegen embeds in modules
+    Ptr,                            // ptr(%N, off): %N's data pointer plus `off` bytes (an int or
+                                    // $N), items {base, off}; a launch operand only: a view that
+                                    // only kernels read needs no tensor object
   };
   Kind kind = Kind::None;
   int64_t i = 0;          // Bool/Int/enum value, %N or $N id; Device: type (index in `j`)

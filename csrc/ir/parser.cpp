@@ -153,6 +153,15 @@ Operand operand(Lexer& lx) {
   }
   if (lx.accept("none")) return o;
   if (lx.accept("arg")) { o.kind = K::ArgRef; o.i = enum_literal(lx); return o; }
+  if (lx.accept("ptr")) {
+    o.kind = K::Ptr;
+    lx.expect("(");
+    o.items.push_back(operand(lx));
+    lx.expect(",");
+    o.items.push_back(operand(lx));
+    lx.expect(")");
+    return o;
+  }
   if (lx.accept("state")) { o.kind = K::StateRef; o.i = enum_literal(lx); return o; }
   if (lx.accept("true")) { o.kind = K::Bool; o.i = 1; return o; }
   if (lx.accept("false")) { o.kind = K::Bool; o.i = 0; return o; }

@@ -62,6 +62,9 @@ std::string print_operand(const Operand& o) {
     case K::ArgRef: return "arg(" + std::to_string(o.i) + ")";
     case K::StateRef: return "state(" + std::to_string(o.i) + ")";
     case K::Sym: return "$" + std::to_string(o.i);
+    case K::Ptr:
+      if (o.items.size() != 2) return "ptr(?)";
+      return "ptr(" + print_operand(o.items[0]) + ", " + print_operand(o.items[1]) + ")";
     case K::List:
     case K::Tuple: {
       std::string s = o.kind == K::List ? "[" : "(";

@@ -32,6 +32,11 @@ struct Checker {
       if (!syms.count(o.i)) fail("$" + std::to_string(o.i) + " used before definition", &in);
     } else if (o.kind == K::Dict && o.keys.size() != o.items.size()) {
       fail("dict with mismatched keys and items", &in);
+    } else if (o.kind == K::Ptr) {
+      if (in.kind != Instr::Kind::Launch) fail("ptr(...) is a launch operand only", &in);
+      if (o.items.size() != 2 || o.items[0].kind != K::Value ||
+          (o.items[1].kind != K::Int && o.items[1].kind != K::Sym))
+        fail("ptr(...) takes a tensor %N and a byte offset (an int or $N)", &in);
     }
     for (const auto& it : o.items) use(it, in);
   }

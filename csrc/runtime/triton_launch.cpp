@@ -160,10 +160,16 @@ LaunchSite resolve_launch(const ir::Instr& in, const KernelInfo& k) {
     const ir::Operand& o = in.operands[p];
     LaunchSite::Param q;
     bool ptr = k.params()[p] == CType::Ptr;
-    if (o.kind == K::Value || o.kind == K::ArgRef || o.kind == K::StateRef) {
+    if (o.kind == K::Value || o.kind == K::ArgRef || o.kind == K::StateRef || o.kind == K::Ptr) {
       if (!ptr) throw std::invalid_argument("launch of " + s.name + ": tensor for non-pointer parameter " + std::to_string(p));
       q.kind = LaunchSite::Param::Kind::Tensor;
       q.ref = o;
+      if (o.kind == K::Ptr) {  // ptr(base, off): the verifier checked the shape of it
+        q.ref = o.items.at(0);
+        const ir::Operand& off = o.items.at(1);
+        if (off.kind == K::Sym) q.offset_dyn = static_cast<int32_t>(off.i);
+        else q.i = off.i;
+      }
     } else if (o.kind == K::Sym) {
       q.kind = LaunchSite::Param::Kind::Dyn;
       q.ref = o;
@@ -197,7 +203,7 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
         if (!t.defined() || !t.is_cuda())
           throw std::runtime_error("parameter " + std::to_string(p) + " is not a CUDA tensor");
         if (device < 0) device = t.get_device();
-        slots[p] = reinterpret_cast<uint64_t>(t.data_ptr());
+        slots[p] = reinterpret_cast<uint64_t>(t.data_ptr()) + q.i + (q.offset_dyn >= 0 ? dyn[q.offset_dyn] : 0);
         break;
       }
       case Param::Kind::Dyn: slots[p] = pack(k.params()[p], dyn[q.ref.i], 0.0, false); break;

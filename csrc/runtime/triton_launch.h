@@ -51,7 +51,8 @@ struct LaunchSite {
   struct Param {
     enum class Kind : uint8_t { Tensor, Int, Dyn, Float } kind = Kind::Int;
     ir::Operand ref;  // Tensor: location; Dyn: dyn index in ref.i
-    int64_t i = 0;
+    int64_t i = 0;    // Int: the value; Tensor: a byte offset added to the data pointer (ptr(...))
+    int32_t offset_dyn = -1;  // Tensor: the dyn index of a further byte offset, or -1
     double f = 0.0;
   };
   int32_t kernel = 0;

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from . import builtin_kernels, config
+from . import builtin_kernels, config, lazy_views
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 
 BLOCK = 1024
@@ -65,9 +65,10 @@ def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int):
     lw.ops.append(f"builtin:{kernel.fn.__name__}")
 
 
-def copy(lw, node: fx.Node, dst: str, dst_view, src: str, src_fake) -> bool:
-    """dst.copy_(src) as a native launch; False when the ATen call must stay. dst_view() gives the
-    fake of the destination (computed only when the source qualifies)."""
+def copy(lw, node: fx.Node, dst, dst_view, src, src_fake) -> bool:
+    """dst.copy_(src) as a native launch; False when the ATen call must stay (and nothing was
+    emitted). dst_view() gives the fake of the destination (computed only when the source
+    qualifies); dst(fake) and src() give the launch operands (lazy_views: pointers where they can)."""
     if not (_plain(src_fake) and _eligible_device(src_fake)):
         return False
     dst_fake = dst_view()
@@ -85,7 +86,8 @@ def copy(lw, node: fx.Node, dst: str, dst_view, src: str, src_fake) -> bool:
     n = dst_fake.numel()
     values = {"n": n, "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
               **{f"d{i}": d[i] for i in range(4)}, **{f"r{i}": r[i] for i in range(4)}}
-    _launch(lw, node, builtin_kernels.strided_copy, {"dst": (dst, dst_fake), "src": (src, src_fake)}, values, n)
+    _launch(lw, node, builtin_kernels.strided_copy, {"dst": (dst(dst_fake), dst_fake), "src": (src(), src_fake)},
+            values, n)
     return True
 
 
@@ -110,7 +112,9 @@ def add(lw, node: fx.Node) -> bool:
                     f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
     lw.ops.append("aten::empty.memory_format")
     _launch(lw, node, builtin_kernels.add_contiguous,
-            {"a": (lw.operand(node, a), fa), "b": (lw.operand(node, b), fb), "out": (res, out)},
+            {"a": (lazy_views.launch_operand(lw, node, a), fa), "b": (lazy_views.launch_operand(lw, node, b), fb),
+             "out": (res, out)},
             {"n": out.numel(), "BLOCK": BLOCK}, out.numel())
     lw.env[node] = res
+    lw.value_fakes[res] = out
     return True

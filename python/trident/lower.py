@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat
+from . import _compat, lazy_views
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -112,6 +112,7 @@ class _Lowerer:
         from .reinplace import plan
         self.inplace = plan(ep)               # scatter nodes executed as in-place writes
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
+        self.value_fakes: dict[str, object] = {}  # tensor value -> its fake where defined (lazy_views)
         self.structure = structure
         self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
         self.state_index = state_index      # callable(StateRef) -> int
@@ -227,6 +228,8 @@ class _Lowerer:
     def operand(self, node: fx.Node, a) -> str:
         if isinstance(a, fx.Node):
             v = self.env[a]
+            if isinstance(v, lazy_views.LazyView):
+                return lazy_views.materialize(self, v)
             if isinstance(v, torch.SymInt):
                 return self.sym_operand(v)
             if isinstance(v, str):
@@ -291,33 +294,43 @@ class _Lowerer:
             return
         schema = op._schema
         self.check_scalar_results_unused(node, schema)
-        operands = []
-        for k, formal in enumerate(schema.arguments):
-            if k < len(node.args) and not formal.kwarg_only:
-                a = node.args[k]
-            elif formal.name in node.kwargs:
-                a = node.kwargs[formal.name]
-            elif formal.has_default_value():
-                a = formal.default_value
-            else:
-                self.fail(node, f"missing argument '{formal.name}' of {schema.name}")
-            operands.append(self.operand(node, a))
-        name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+        args = self.schema_args(node, schema)
+        name = lazy_views.qualified(op)
+        if lazy_views.defer(self, node, name, args):
+            return
+        operands = [self.operand(node, a) for a in args]
         self.ops.append(name)
         val = node.meta.get("val")
         if isinstance(val, (list, tuple)):
             results = [self.value() for _ in val]
             self.env[node] = results
+            self.value_fakes.update((r, f) for r, f in zip(results, val) if isinstance(f, torch.Tensor))
         elif val is None and len(schema.returns) == 0:
             results = []
             self.env[node] = None
         else:
             results = [self.value()]
             self.env[node] = results[0]
+            if isinstance(val, torch.Tensor):
+                self.value_fakes[results[0]] = val
         lhs = (", ".join(results) + " = ") if results else ""
         self.lines.append(f"{lhs}call {_quote(name)} ({', '.join(operands)})")
         if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
             self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
+
+    def schema_args(self, node: fx.Node, schema) -> list:
+        """The call's arguments, positional and complete: defaults filled in from the schema."""
+        args = []
+        for k, formal in enumerate(schema.arguments):
+            if k < len(node.args) and not formal.kwarg_only:
+                args.append(node.args[k])
+            elif formal.name in node.kwargs:
+                args.append(node.kwargs[formal.name])
+            elif formal.has_default_value():
+                args.append(formal.default_value)
+            else:
+                self.fail(node, f"missing argument '{formal.name}' of {schema.name}")
+        return args
 
     def check_scalar_results_unused(self, node: fx.Node, schema):
         """Ops may return ints or floats beside their tensors (the attention kernels' max lengths,
@@ -341,35 +354,47 @@ class _Lowerer:
         Its result is the destination itself; copying a view onto itself is skipped."""
         from .reinplace import SCATTERS
         kind = SCATTERS[node.target]
-        a = [self.operand(node, x) for x in node.args]
-        dst = a[0]
+        dst_node, src_node = node.args[0], node.args[1]
 
         if kind in ("slice", "select", "copy"):
             if kind == "slice":
                 dim, start, end, step = (list(node.args[2:]) + [0, None, None, 1][len(node.args) - 2:])[:4]
                 opname, args = "aten::slice.Tensor", [self.operand(node, x) for x in (dim, start, end, step)]
             elif kind == "select":
-                opname, args = "aten::select.int", a[2:4]
+                opname, args = "aten::select.int", [self.operand(node, x) for x in node.args[2:4]]
             else:
                 opname, args = None, []
-            src = a[1]
-            key = (self.view_key.get(dst, dst), opname, tuple(args)) if opname else self.view_key.get(dst, dst)
-            if self.view_key.get(src, src) != key:  # else src already is that very view: nothing to copy
-                target = dst
-                if opname:
-                    target = self.value()
-                    self.lines.append(f"{target} = call {_quote(opname)} ({', '.join([dst] + args)})")
-                    self.view_key[target] = key
+            dst_key = lazy_views.key_of(self, dst_node)
+            key = (dst_key, opname, tuple(args)) if opname else dst_key
+            if lazy_views.key_of(self, src_node) != key:  # else src already is that very view: nothing to copy
+
+                def target(written=None):
+                    """The written region: a pointer when a kernel writes it, else a view tensor."""
+                    p = lazy_views.pointer_into(self, dst_node, written) if written is not None else None
+                    if p is not None:
+                        return p
+                    t = self.operand(node, dst_node)
+                    if opname:
+                        view = self.value()
+                        self.lines.append(f"{view} = call {_quote(opname)} ({', '.join([t] + args)})")
+                        self.view_key[view] = key
+                        t = view
+                    return t
+
                 from . import builtin_lower
                 if not builtin_lower.copy(self, node, target, lambda: _written_view(node, kind),
-                                          src, node.args[1].meta.get("val")):
-                    self.lines.append(f"{self.value()} = call \"aten::copy_\" ({target}, {src}, false)")
-        elif kind == "index_copy":
-            self.lines.append(f"{self.value()} = call \"aten::index_copy_\" ({', '.join(a[:4])})")
-        else:  # index_put
-            accumulate = a[3] if len(a) > 3 else "false"
-            self.lines.append(f"{self.value()} = call \"aten::index_put_\" ({a[0]}, {a[1]}, {a[2]}, {accumulate})")
-        self.env[node] = dst
+                                          lambda: lazy_views.launch_operand(self, node, src_node),
+                                          src_node.meta.get("val")):
+                    dst = target()
+                    self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(node, src_node)}, false)")
+        else:
+            a = [self.operand(node, x) for x in node.args]
+            if kind == "index_copy":
+                self.lines.append(f"{self.value()} = call \"aten::index_copy_\" ({', '.join(a[:4])})")
+            else:  # index_put
+                accumulate = a[3] if len(a) > 3 else "false"
+                self.lines.append(f"{self.value()} = call \"aten::index_put_\" ({a[0]}, {a[1]}, {a[2]}, {accumulate})")
+        self.env[node] = self.env[dst_node]  # the destination itself (a view stays one)
         self.ops.append(f"inplace:{kind}")
 
     def getitem(self, node: fx.Node):
@@ -434,6 +459,7 @@ class _Lowerer:
                     v = self.value()
                     self.lines.append(f"{v} = arg {leaf}")
                     self.env[node] = v
+                    self.value_fakes[v] = node.meta.get("val")
                     self.fakes[leaf] = node.meta.get("val")
                     self.bind_symbols(leaf, node, node.meta.get("val"))
                     if leaf < len(self.leaf_values):
@@ -444,6 +470,8 @@ class _Lowerer:
                     self.lines.append(f"{v} = state {self.state_index(ref)}")
                     state.append(ref)
                     self.env[node] = v
+                    if isinstance(node.meta.get("val"), torch.Tensor):
+                        self.value_fakes[v] = node.meta["val"]
                     if isinstance(node.meta.get("val"), torch.Tensor) and isinstance(ref.tensor, torch.Tensor):
                         self.bases.append((node.meta["val"], ref.tensor, None))
             elif node.op == "get_attr":  # a constant tensor held by the graph module

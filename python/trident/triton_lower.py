@@ -16,7 +16,7 @@ import os
 import torch
 import torch.fx as fx
 
-from . import config
+from . import config, lazy_views
 from .errors import UnsupportedError
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel, unwrap_kernel
 
@@ -202,14 +202,14 @@ class TritonCall:
             if name in symbolic:
                 operands.append(lw.sym_operand(symbolic[name]))
             elif isinstance(v, fx.Node):
-                operands.append(results.get(name) or lw.operand(node, v))
+                operands.append(results.get(name) or lazy_views.launch_operand(lw, node, v))
             elif v is None:
                 operands.append("none")
             else:
                 operands.append(lw.literal(node, v))
         dims = [lw.sym_operand(_sym(g)) if _sym(g) is not None else str(self._hint(g)) for g in grid]
         lw.lines.append(f"launch {kid} grid({', '.join(dims)}) ({', '.join(operands)})")
-        lw.env[node] = {k: results.get(k) or lw.operand(node, v) for k, v in kwargs.items() if isinstance(v, fx.Node)}
+        lw.env[node] = {k: results.get(k) or lw.env[v] for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")
         lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(self._hint(g) for g in grid), ck.cache_key))
 

@@ -41,10 +41,13 @@ def test_kv_cache_slice_write_is_a_native_strided_copy():
     (decl,) = [ln for ln in text.splitlines() if ln.strip().startswith("kernel ") and "strided_copy" in ln]
     kid = decl.split()[1]
     # [2, 4, 1, 32] from k.unsqueeze(2): n 256, sizes (4, 1, 32), dst strides (8192, 2048, 32, 1), src
-    # strides (128, 32, 32, 1); ints equal to 1 are constexprs, dropped from the launch.
+    # strides (128, 32, 32, 1); ints equal to 1 are constexprs, dropped from the launch. Neither view
+    # is a tensor at run time: the destination is the cache's pointer plus 5 * 32 * 2 bytes, the
+    # source k's own pointer (lazy_views.py).
     launch = [ln.strip() for ln in text.splitlines() if ln.strip().startswith(f"launch {kid} ")]
     assert len(launch) == 1 and re.search(
-        r"grid\(1, 1, 1\) \(%\d+, %\d+, 256, 4, 32, 8192, 2048, 32, 128, 32, 32\)$", launch[0]), launch
+        r"grid\(1, 1, 1\) \(ptr\(%0, 320\), %1, 256, 4, 32, 8192, 2048, 32, 128, 32, 32\)$", launch[0]), launch
+    assert "aten::unsqueeze" not in text and text.count("aten::slice.Tensor") == 1, text  # the sum's slice
 
 
 def residual(x, y):
@@ -98,9 +101,10 @@ def test_running_on_cpu_tensors_fails_clearly_and_stays_usable():
 
 
 def test_kv_write_at_a_symbolic_position_is_still_native():
-    """A second position makes pos symbolic (automatic dynamic) and the destination's offset with it;
-    sizes and strides stay static, which is all the copy kernel needs (the pointer is the runtime
-    view's). On CPU tensors each call stops at its first launch, after its spec is installed."""
+    """A second position makes pos symbolic (automatic dynamic) and the destination's offset with it:
+    the pointer is the cache's plus pos * 64 bytes, computed natively; sizes and strides stay static,
+    which is all the copy kernel needs. On CPU tensors each call stops at its first launch, after
+    its spec is installed."""
     fast = trident.compile(kv_write)
     cache, k = torch.zeros(2, 4, 64, 32, dtype=torch.bfloat16), torch.randn(2, 4, 32, dtype=torch.bfloat16)
     for pos in (5, 6):
@@ -109,4 +113,5 @@ def test_kv_write_at_a_symbolic_position_is_still_native():
     text = trident.explain(fast, cache, k, 7)
     assert "spec 1: all guards hold" in text, text
     spec1 = text[text.index('spec 1 structure'):]
-    assert "aten::copy_" not in spec1 and re.search(r'call "aten::slice.Tensor" \(%\d+, 2, \$\d+, \$\d+, 1\)', spec1), spec1
+    assert "aten::copy_" not in spec1 and re.search(r"\(ptr\(%0, \$\d+\), %1, 256,", spec1), spec1
+    assert not re.search(r'call "aten::slice.Tensor" \(%\d+, 2, \$\d+, \$\d+, 1\)', spec1), spec1

@@ -1,6 +1,9 @@
 """A stand-in for Triton's active CUDA driver, so kernels can be specialized, compiled for sm_90 and
 captured by Dynamo on a machine without a GPU (shared/TRITON.md sections 1.9 and 3.5)."""
+import contextlib
+
 import torch
+import triton
 from triton.backends.compiler import GPUTarget
 
 
@@ -16,3 +19,19 @@ class FakeCudaDriver:
 
     def get_active_torch_device(self):
         return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def capture_as_sm90(monkeypatch):
+    """Dynamo captures user Triton kernels and trident compiles them for sm_90 with no GPU
+    (shared/TRITON.md section 3.5); the previous active driver comes back afterwards (resetting it
+    would build the real one, which raises without a GPU)."""
+    import torch.utils._triton as tu
+    monkeypatch.setattr(tu, "has_triton", lambda: True)
+    monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")
+    saved = triton.runtime.driver._active
+    triton.runtime.driver.set_active(FakeCudaDriver())
+    try:
+        yield
+    finally:
+        triton.runtime.driver._active = saved

@@ -6,22 +6,16 @@ import re
 
 import pytest
 import torch
-import triton
-from fake_cuda import FakeCudaDriver
+from fake_cuda import capture_as_sm90
 
 import trident
 
 
 @pytest.fixture(autouse=True)
 def builtins_on_cpu(monkeypatch):
-    import torch.utils._triton as tu
-    monkeypatch.setattr(tu, "has_triton", lambda: True)
-    monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")
     monkeypatch.setenv("TRIDENT_BUILTIN_KERNELS", "all")
-    saved = triton.runtime.driver._active
-    triton.runtime.driver.set_active(FakeCudaDriver())
-    yield
-    triton.runtime.driver._active = saved
+    with capture_as_sm90(monkeypatch):
+        yield
 
 
 def lowered_text(fn, *args):

@@ -120,22 +120,14 @@ def test_triton_swapped_step_captures_and_lowers_for_sm90(monkeypatch):
     """The GPU benchmark's step (HF forward with the Triton RMSNorm and SiLU) through trident's capture
     and lowering without a GPU: kernels compiled for sm_90 (as in test_triton_capture_cpu.py), one
     launch per norm and per activation, the rest ATen; not run (CPU tensors)."""
-    import torch.utils._triton as tu
-    import triton
-    from fake_cuda import FakeCudaDriver
-    monkeypatch.setattr(tu, "has_triton", lambda: True)
-    monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")
-    saved = triton.runtime.driver._active
-    triton.runtime.driver.set_active(FakeCudaDriver())
+    from fake_cuda import capture_as_sm90
     model = hf_llama.build_model(CFG, "cpu", dtype=torch.bfloat16)
-    try:
+    with capture_as_sm90(monkeypatch):
         step = hf_llama.DecodeStep(model, 2, CFG.max_cache)       # its probe step runs HF's ops
         assert hf_llama.use_kernels(model, triton=True) == 3 * CFG.layers + 1
         gen = hf_llama.Generation(CFG, 2, "cpu")
         fast = trident.compile(step)
         text = trident.controller(fast).lower_call(gen.prompt_steps[0], gen.positions[0]).text
-    finally:
-        triton.runtime.driver._active = saved
     kernels = [line.split()[2] for line in text.splitlines() if line.strip().startswith("kernel ")]
     assert kernels.count('"rmsnorm_kernel"') == 2 * CFG.layers + 1 and kernels.count('"silu_kernel"') == CFG.layers
     assert "aten::index_copy_" in text                     # the KV cache, written in place

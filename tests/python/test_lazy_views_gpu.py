@@ -19,7 +19,7 @@ def require_cuda():
 
 def norm_rows(x, w, b, pos: int, also_sum: bool):
     rows = x[pos:pos + 4]  # a view at pos * 4004 bytes into x
-    y = torch.empty_like(rows)
+    y = torch.empty((4, N), dtype=x.dtype, device=x.device)  # (empty_like(rows) would need the view)
     mean = torch.empty((4,), dtype=torch.float32, device=x.device)
     rstd = torch.empty((4,), dtype=torch.float32, device=x.device)
     _layer_norm_fwd_fused[(4,)](rows, y, w, b, mean, rstd, rows.stride(0), N, 1e-5, BLOCK_SIZE=1024)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from fake_cuda import FakeCudaDriver
+from fake_cuda import capture_as_sm90
 from tutorial_kernels import add_kernel, scaled_copy_kernel, scaled_copy_then_add
 
 import trident
@@ -37,13 +37,8 @@ def scale_then_add(x, y):
 @pytest.fixture(autouse=True)
 def cpu_triton_capture(monkeypatch):
     """Let Dynamo capture Triton kernels without a GPU (shared/TRITON.md section 3.5)."""
-    import torch.utils._triton as tu
-    monkeypatch.setattr(tu, "has_triton", lambda: True)
-    monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")
-    saved = triton.runtime.driver._active
-    triton.runtime.driver.set_active(FakeCudaDriver())
-    yield
-    triton.runtime.driver._active = saved
+    with capture_as_sm90(monkeypatch):
+        yield
 
 
 def _spec_text(fn, *args):

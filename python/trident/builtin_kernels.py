@@ -23,6 +23,27 @@ def strided_copy(dst, src, n, s1, s2, s3, d0, d1, d2, d3, r0, r1, r2, r3, BLOCK:
 
 
 @triton.jit
+def strided_copy_pair(dst0, src0, dst1, src1, n, s1, s2, s3, d0, d1, d2, d3, r0, r1, r2, r3,
+                      e0, e1, e2, e3, q0, q1, q2, q3, BLOCK: tl.constexpr):
+    """Two independent strided copies of one shape and dtype in one launch (a KV-cache write of k
+    and of v): program_id(1) 0 copies src0 (strides r*) to dst0 (d*), 1 src1 (q*) to dst1 (e*)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    i3 = offs % s3
+    t = offs // s3
+    i2 = t % s2
+    t = t // s2
+    i1 = t % s1
+    i0 = t // s1
+    if tl.program_id(1) == 0:
+        v = tl.load(src0 + i0 * r0 + i1 * r1 + i2 * r2 + i3 * r3, mask=m)
+        tl.store(dst0 + i0 * d0 + i1 * d1 + i2 * d2 + i3 * d3, v, mask=m)
+    else:
+        v = tl.load(src1 + i0 * q0 + i1 * q1 + i2 * q2 + i3 * q3, mask=m)
+        tl.store(dst1 + i0 * e0 + i1 * e1 + i2 * e2 + i3 * e3, v, mask=m)
+
+
+@triton.jit
 def add_contiguous(a, b, out, n, BLOCK: tl.constexpr):
     """out = a + b, all contiguous with n elements of one dtype (fp16, bf16 or fp32), computed in
     fp32 and rounded to nearest even: ATen's add with alpha 1 (its opmath is fp32 for these)."""

@@ -39,7 +39,7 @@ def _plain(fake) -> bool:
             and _fits_int32(fake))
 
 
-def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int):
+def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int, grid_y: int = 1):
     """Compile `kernel` for these arguments (tensors: name -> (operand, fake)) and emit its launch."""
     specs = []
     for name in kernel.arg_names:
@@ -61,7 +61,7 @@ def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int):
         name = kernel.arg_names[p.arg_index]
         operands.append(tensors[name][0] if name in tensors else lw.literal(node, values[name]))
     grid = (n + BLOCK - 1) // BLOCK
-    lw.lines.append(f"launch {kid} grid({grid}, 1, 1) ({', '.join(operands)})")
+    lw.lines.append(f"launch {kid} grid({grid}, {grid_y}, 1) ({', '.join(operands)})")
     lw.ops.append(f"builtin:{kernel.fn.__name__}")
 
 
@@ -77,18 +77,84 @@ def copy(lw, node: fx.Node, dst, dst_view, src, src_fake) -> bool:
     if (src_fake.device != dst_fake.device or src_fake.dtype != dst_fake.dtype
             or list(src_fake.shape) != list(dst_fake.shape) or dst_fake.dim() > 4):
         return False
-    if src_fake.untyped_storage()._cdata == dst_fake.untyped_storage()._cdata:
+    if _storage(src_fake) == _storage(dst_fake):
         return False  # overlapping memory: ATen checks and orders it, the kernel would not
-    pad = 4 - dst_fake.dim()
-    sizes = [1] * pad + list(dst_fake.shape)
-    d = [0] * pad + list(dst_fake.stride())
-    r = [0] * pad + list(src_fake.stride())
-    n = dst_fake.numel()
-    values = {"n": n, "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
-              **{f"d{i}": d[i] for i in range(4)}, **{f"r{i}": r[i] for i in range(4)}}
-    _launch(lw, node, builtin_kernels.strided_copy, {"dst": (dst(dst_fake), dst_fake), "src": (src(), src_fake)},
-            values, n)
+    this = _Copy(lw, node, dst(dst_fake), dst_fake, src(), src_fake)
+    if this.dst_memory & this.src_memory:
+        return False  # the same, seen through the runtime values (memory_root)
+    held = lw.pending_copy
+    if held is not None and held.pairs_with(this):
+        lw.pending_copy = None
+        pad = [1] * (4 - this.dst_fake.dim())
+        sizes = pad + list(this.dst_fake.shape)
+        values = {"n": this.dst_fake.numel(), "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
+                  **_strides(held, "d", "r"), **_strides(this, "e", "q")}
+        _launch(lw, held.node, builtin_kernels.strided_copy_pair,
+                {"dst0": (held.dst, held.dst_fake), "src0": (held.src, held.src_fake),
+                 "dst1": (this.dst, this.dst_fake), "src1": (this.src, this.src_fake)},
+                values, this.dst_fake.numel(), grid_y=2)
+        return True
+    flush(lw)
+    lw.pending_copy = this  # launched with the next copy it pairs with, or alone (flush)
     return True
+
+
+class _Copy:
+    """A copy lowered to a builtin launch whose emission is held back one node, in case the next
+    node is a copy it can share a launch with (lower.py flushes it before anything that touches
+    memory)."""
+
+    def __init__(self, lw, node, dst: str, dst_fake, src: str, src_fake):
+        self.node, self.dst, self.dst_fake, self.src, self.src_fake = node, dst, dst_fake, src, src_fake
+        # what each side's memory is known as: fake storages and the runtime values it is a view of
+        self.dst_memory = {_storage(dst_fake), lazy_views.memory_root(lw, dst)}
+        self.src_memory = {_storage(src_fake), lazy_views.memory_root(lw, src)}
+
+    def pairs_with(self, other: "_Copy") -> bool:
+        """One launch may do both: same shape and dtype, and neither copy's destination is memory
+        the other touches (the two run concurrently)."""
+        a, b = self.dst_fake, other.dst_fake
+        if (a.dtype != b.dtype or a.device != b.device or list(a.shape) != list(b.shape)):
+            return False
+        return not (self.dst_memory & (other.dst_memory | other.src_memory)
+                    or other.dst_memory & self.src_memory)
+
+
+def _storage(fake):
+    return fake.untyped_storage()._cdata
+
+
+def _strides(c: _Copy, dst_name: str, src_name: str) -> dict:
+    pad = [0] * (4 - c.dst_fake.dim())
+    d, r = pad + list(c.dst_fake.stride()), pad + list(c.src_fake.stride())
+    return {**{f"{dst_name}{i}": d[i] for i in range(4)}, **{f"{src_name}{i}": r[i] for i in range(4)}}
+
+
+def flush(lw):
+    """Launch the held copy alone."""
+    c = lw.pending_copy
+    if c is None:
+        return
+    lw.pending_copy = None
+    sizes = [1] * (4 - c.dst_fake.dim()) + list(c.dst_fake.shape)
+    values = {"n": c.dst_fake.numel(), "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
+              **_strides(c, "d", "r")}
+    _launch(lw, c.node, builtin_kernels.strided_copy,
+            {"dst": (c.dst, c.dst_fake), "src": (c.src, c.src_fake)}, values, c.dst_fake.numel())
+
+
+def holds_across(node: fx.Node, inplace) -> bool:
+    """Whether a held copy may stay held while `node` is lowered: the node is a copy it may pair
+    with, or it touches no memory (views, shape arithmetic, getitem, export's assertions)."""
+    import operator
+    from .reinplace import SCATTERS
+    if node.op != "call_function":
+        return False
+    if node in inplace:
+        return SCATTERS.get(node.target) in ("slice", "select", "copy")
+    if node.target is operator.getitem or isinstance(node.meta.get("val"), (int, torch.SymInt)):
+        return True
+    return isinstance(node.target, torch._ops.OpOverload) and lazy_views.qualified(node.target) in lazy_views.VIEW_OPS
 
 
 def add(lw, node: fx.Node) -> bool:

@@ -115,6 +115,17 @@ def key_of(lw, a):
     return lw.view_key.get(v, v) if isinstance(v, str) else None
 
 
+def memory_root(lw, operand: str) -> str:
+    """The value whose memory a tensor operand ("%N" or "ptr(%N, off)") is: views are followed
+    back to what they view. Fakes cannot say this after in-place lowering: a write into the result
+    of an earlier in-place scatter has a fake of its own storage, the runtime memory is the same."""
+    v = operand[4:operand.index(",")] if operand.startswith("ptr(") else operand
+    key = lw.view_key.get(v, v)
+    while isinstance(key, tuple):
+        key = key[0]
+    return key
+
+
 def pointer_into(lw, a: fx.Node, fake) -> str | None:
     """A launch operand for memory described by `fake`, a view of the same storage as the value of
     node `a`: `%root` or `ptr(%root, bytes)`; None when the root or the offset is not known."""

@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, lazy_views
+from . import _compat, builtin_lower, lazy_views
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -113,6 +113,7 @@ class _Lowerer:
         self.inplace = plan(ep)               # scatter nodes executed as in-place writes
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
         self.value_fakes: dict[str, object] = {}  # tensor value -> its fake where defined (lazy_views)
+        self.pending_copy = None  # a builtin copy held back to share a launch (builtin_lower.copy)
         self.structure = structure
         self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
         self.state_index = state_index      # callable(StateRef) -> int
@@ -289,7 +290,6 @@ class _Lowerer:
             return
         if not isinstance(op, torch._ops.OpOverload):
             self.fail(node, f"call to {getattr(op, '__name__', op)!r}, which is not an ATen operator")
-        from . import builtin_lower
         if builtin_lower.add(self, node):
             return
         schema = op._schema
@@ -381,10 +381,10 @@ class _Lowerer:
                         t = view
                     return t
 
-                from . import builtin_lower
                 if not builtin_lower.copy(self, node, target, lambda: _written_view(node, kind),
                                           lambda: lazy_views.launch_operand(self, node, src_node),
                                           src_node.meta.get("val")):
+                    builtin_lower.flush(self)
                     dst = target()
                     self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(node, src_node)}, false)")
         else:
@@ -486,11 +486,14 @@ class _Lowerer:
                 state.append(ref)
                 self.env[node] = v
             elif node.op == "call_function":
+                if self.pending_copy is not None and not builtin_lower.holds_across(node, self.inplace):
+                    builtin_lower.flush(self)
                 if node.target is operator.getitem:
                     self.getitem(node)
                 else:
                     self.call(node)
             elif node.op == "output":
+                builtin_lower.flush(self)
                 outs = list(node.args[0])
                 written = self.write_back(outs, sig)
                 # Returning a mutated input returns the input itself, as eager does (same object).

@@ -2,7 +2,11 @@
 host IR on a machine without a GPU: kernels compiled for sm_90 with Triton's driver faked, and
 TRIDENT_BUILTIN_KERNELS=all so CPU tensors take the path CUDA tensors take. Running such a module on
 CPU tensors fails clearly, as any Triton launch does."""
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -109,3 +113,80 @@ def test_kv_write_at_a_symbolic_position_is_still_native():
     spec1 = text[text.index('spec 1 structure'):]
     assert "aten::copy_" not in spec1 and re.search(r"\(ptr\(%0, \$\d+\), %1, 256,", spec1), spec1
     assert not re.search(r'call "aten::slice.Tensor" \(%\d+, 2, \$\d+, \$\d+, 1\)', spec1), spec1
+
+
+def kv_write_both(k_cache, v_cache, qkv, pos: int):
+    k_cache[:, :, pos:pos + 1] = qkv[:, 0:128].view(2, 4, 1, 32)
+    v_cache[:, :, pos:pos + 1] = qkv[:, 128:256].view(2, 4, 1, 32)
+    return k_cache.sum() + v_cache.sum()
+
+
+def launches(text, name):
+    """The launch lines of kernel `name` (each launch may declare a specialization of its own)."""
+    ids = {ln.split()[1] for ln in text.splitlines() if ln.strip().startswith("kernel ") and f'"{name}"' in ln}
+    return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("launch ") and ln.split()[1] in ids]
+
+
+def test_the_k_and_v_cache_writes_share_one_launch():
+    caches = [torch.zeros(2, 4, 64, 32, dtype=torch.bfloat16) for _ in range(2)]
+    text = lowered_text(kv_write_both, *caches, torch.randn(2, 256, dtype=torch.bfloat16), 5)
+    (launch,) = launches(text, "strided_copy_pair")
+    # grid (1, 2): one program row per copy; k_cache then v_cache, both 320 bytes in, sources from qkv
+    assert re.search(r"grid\(1, 2, 1\) \(ptr\(%0, 320\), %2, ptr\(%1, 320\), ptr\(%2, 256\), 256,", launch), launch
+    assert "strided_copy\"" not in text and "aten::copy_" not in text, text
+
+
+def same_cache_twice(cache, a, b, pos: int):
+    cache[:, pos:pos + 1] = a
+    cache[:, pos + 1:pos + 2] = b
+    return cache.sum()
+
+
+def copy_then_read_back(cache, other, a, pos: int):
+    cache[:, pos:pos + 1] = a
+    other[:, 0:1] = cache[:, pos:pos + 1]  # reads what the first copy wrote
+    return other.sum()
+
+
+@pytest.mark.parametrize("fn, args", [
+    (same_cache_twice, (torch.zeros(4, 16), torch.randn(4, 1), torch.randn(4, 1), 3)),
+    (copy_then_read_back, (torch.zeros(4, 16), torch.zeros(4, 16), torch.randn(4, 1), 3)),
+])
+def test_copies_that_touch_the_same_memory_are_launched_one_after_the_other(fn, args):
+    text = lowered_text(fn, *args)
+    assert "strided_copy_pair" not in text and len(launches(text, "strided_copy")) == 2, text
+
+
+def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
+    """The kernels themselves, run on the CPU by Triton's interpreter (a subprocess: the variable
+    must be set before Triton is imported): bit for bit against torch. (The bf16 add is left to the
+    GPU test: the interpreter's fp32-to-bf16 conversion is not the device's round-to-nearest-even.)"""
+    script = textwrap.dedent("""
+        import torch
+        from trident import builtin_kernels as bk
+        g = torch.Generator().manual_seed(0)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            k_cache, v_cache = torch.zeros(2, 4, 16, 32, dtype=dtype), torch.zeros(2, 4, 16, 32, dtype=dtype)
+            qkv = torch.randn(2, 384, generator=g).to(dtype)
+            k, v = qkv[:, 128:256].view(2, 4, 1, 32), qkv[:, 256:].view(2, 4, 1, 32)
+            dk, dv = k_cache[:, :, 5:6], v_cache[:, :, 5:6]
+            bk.strided_copy_pair[(1, 2)](dk, k, dv, v, 256, 4, 1, 32, *dk.stride(), *k.stride(),
+                                         *dv.stride(), *v.stride(), BLOCK=1024)
+            want_k, want_v = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
+            want_k[:, :, 5:6], want_v[:, :, 5:6] = k, v
+            assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v), dtype
+            dst = torch.zeros(3, 40, dtype=dtype)[:, 3:35]
+            src = torch.randn(32, 3, generator=g).to(dtype).t()
+            bk.strided_copy[(1,)](dst, src, 96, 1, 3, 32, 0, 0, *dst.stride(), 0, 0, *src.stride(), BLOCK=1024)
+            assert torch.equal(dst, src), dtype
+            if dtype == torch.bfloat16:
+                continue  # the interpreter rounds fp32 to bf16 its own way: the GPU test checks that add
+            a, b = torch.randn(3, 700, generator=g).to(dtype), torch.randn(3, 700, generator=g).to(dtype)
+            out = torch.empty_like(a)
+            bk.add_contiguous[(3,)](a, b, out, 2100, BLOCK=1024)
+            assert torch.equal(out, a + b), dtype
+        print("ok")
+    """)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-3000:] + run.stderr[-3000:]

@@ -53,5 +53,7 @@ def test_kv_cache_writes_at_growing_positions_match_eager(batch):
     text = trident.explain(fast, *caches, qkv, 30, nh, hd)
     last = text[text.rindex("structure"):]
     assert "strided_copy" in text and "aten::copy_" not in last, text
-    # both the cache slices and the qkv slices are pointers (lazy_views.py); the selects read by sum stay
+    # both the cache slices and the qkv slices are pointers (lazy_views.py); the selects read by sum stay;
+    # the two writes share one launch
     assert 'call "aten::slice.Tensor"' not in last and 'call "aten::view"' not in last and "ptr(" in last, last
+    assert '"strided_copy_pair"' in last and '"strided_copy"' not in last, last

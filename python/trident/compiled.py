@@ -11,7 +11,7 @@ import warnings
 import torch
 import torch.utils._pytree as pytree
 
-from . import _C, _compat
+from . import _C, _compat, aliasing
 from .config import Options
 from .errors import MissPolicyError, UnsupportedError
 from .lower import StateRef, lower
@@ -63,6 +63,30 @@ def _mark_leaves(args: tuple, kwargs: dict):
     margs = tuple(mark(a) for a in args)
     mkwargs = {k: mark(v) for k, v in kwargs.items()}
     return margs, mkwargs, values
+
+
+def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
+    """A readable name per leaf, in _mark_leaves order: the parameter name, indexed into tuples and
+    lists (`caches[3][0]`)."""
+    params = []
+    for name, p in (signature.parameters.items() if signature is not None else ()):
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        params.append(name)
+    names: list[str] = []
+
+    def walk(x, name):
+        if type(x) in (tuple, list):
+            for i, v in enumerate(x):
+                walk(v, f"{name}[{i}]")
+        else:
+            names.append(name)
+
+    for k, a in enumerate(args):
+        walk(a, params[k] if k < len(params) else f"args[{k}]")
+    for k, v in kwargs.items():
+        walk(v, k)
+    return names
 
 
 def _dense_layout(sizes, strides) -> tuple:
@@ -124,6 +148,8 @@ class CompiledFunction:
         # the values of symbolic sizes and ints (a Triton `% 16` or `== 1` specialization, a new
         # pointer alignment) is lowered again from the same program instead of exported again.
         self._captures: dict[tuple, object] = {}
+        # (structure, overlapping leaf pairs) -> why such calls run eagerly (aliasing.py)
+        self._overlap_eager: dict[tuple, str] = {}
         self.scm = _C.SCM(self._on_miss, self._on_state_change)
 
     # ---- miss path -------------------------------------------------------------------------
@@ -135,12 +161,19 @@ class CompiledFunction:
                 return self._fallback(args, kwargs, f"{leaves}; running the original function eagerly")
             if self.scm.select(*args, **kwargs) >= 0:
                 return NotImplemented  # another thread compiled it while we waited for the lock
+            margs, mkwargs, values = _mark_leaves(args, kwargs)
+            pairs = tuple(aliasing.overlapping_pairs(values))
+            if pairs and (structure, pairs) in self._overlap_eager:
+                return self._fallback(args, kwargs, self._overlap_eager[(structure, pairs)])
             reasons = self.scm.explain_call(*args, **kwargs)
             if reasons:
                 log.info("trident: recompiling %s: %s", self.name,
                          "; ".join(f"spec {i}: {why}" for i, why in reasons))
             if self.options.on_miss != "compile" or len(reasons) >= self.options.max_specializations:
                 return self._apply_policy(args, kwargs, reasons)
+            if pairs:
+                why = self._compile_overlapping(args, kwargs, (margs, mkwargs), structure, leaves, pairs)
+                return NotImplemented if why is None else self._fallback(args, kwargs, why)
             self._compile(args, kwargs, structure, leaves)
             return NotImplemented
 
@@ -185,8 +218,32 @@ class CompiledFunction:
         with self.lock:
             return self._lower(args, kwargs, structure, leaves)
 
+    def _compile_overlapping(self, args, kwargs, marked, structure, leaves, pairs) -> str | None:
+        """Compile a call whose tensors overlap from distinct copies of them (aliasing.py); None when
+        the spec is installed, else why calls like it run eagerly (then remembered)."""
+        cap_args, cap_kwargs = aliasing.distinct_copies(marked, (args, kwargs), list(pairs))
+        lowered = self._lower(cap_args, cap_kwargs, structure, leaves)
+        names = _leaf_names(args, kwargs, self.signature)
+        written = [(i, j) for i, j in pairs if i in lowered.written or j in lowered.written]
+        why = None
+        if written:
+            i, j = written[0]
+            w = names[i] if i in lowered.written else names[j]
+            why = (f"arguments {names[i]} and {names[j]} share memory and the function writes {w}; "
+                   "compiled code assumes a written tensor overlaps no other argument, so calls like "
+                   "this run the original function eagerly")
+        elif (reject := _C.spec_rejects(lowered.text, *args, **kwargs)):
+            why = f"arguments {names[pairs[0][0]]} and {names[pairs[0][1]]} share memory ({reject}); running eagerly"
+        if why is not None:
+            self._overlap_eager[(structure, pairs)] = why
+            return why
+        self._install(lowered)
+        return None
+
     def _compile(self, args, kwargs, structure: str, leaves: list[dict]):
-        lowered = self._lower(args, kwargs, structure, leaves)
+        self._install(self._lower(args, kwargs, structure, leaves))
+
+    def _install(self, lowered):
         self.scm.set_state([r.tensor for r in self.state])
         self.scm.add_spec(lowered.text)
         self.last_ops.append(lowered.ops)

@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, builtin_lower, lazy_views
+from . import _compat, aliasing, builtin_lower, lazy_views
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -83,6 +83,7 @@ class Lowered:
     kernels: list[str] = field(default_factory=list)       # kernel declarations
     guards: list[str] = field(default_factory=list)        # guards the body relies on (alignment)
     kernel_notes: list[tuple] = field(default_factory=list)
+    written: set = field(default_factory=set)  # user tensor leaves the program writes
 
 
 def _written_view(node: fx.Node, kind: str):
@@ -546,9 +547,13 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     """The full spec text: header, guards, kernels, body."""
     lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values)
     body = lw.run()
+    written = aliasing.written_leaves(ep, leaf_of_input)
+    itemsize = {k: f.element_size() for k, f in lw.fakes.items() if isinstance(f, torch.Tensor)}
     lines = [f"spec 0 structure {_quote(structure)} {{"]
-    lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards]
+    lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards
+              + aliasing.guard_lines(written, leaves, itemsize)]
     lines += ["  " + k for k in body.kernels]
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")
-    return Lowered("\n".join(lines) + "\n", body.state, body.ops, body.kernels, body.guards, body.kernel_notes)
+    return Lowered("\n".join(lines) + "\n", body.state, body.ops, body.kernels, body.guards, body.kernel_notes,
+                   written)

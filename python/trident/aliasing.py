@@ -1,0 +1,101 @@
+"""Arguments that share memory.
+
+A program is captured for one call's arguments. Export treats arguments as distinct values (and
+merges an object passed twice into one input), so a program captured from distinct tensors is wrong
+for a call whose tensors overlap where the program writes one of them, and a program captured from
+`f(x, x)` is wrong for `f(x, y)`. trident therefore:
+
+  - captures from distinct memory: each tensor overlapping an earlier argument is replaced, for the
+    capture only, by a copy with the same sizes, strides and storage offset (`distinct_copies`);
+  - guards each written argument against overlapping any other tensor argument (`guard_lines`), so
+    a spec never runs a call it was not captured for;
+  - runs a call eagerly, with a one-time warning, when an argument it writes overlaps another
+    (compiled.py): such a call has no compiled form that is exactly eager's.
+
+Overlap is judged by memory extent: [data_ptr, data_ptr + bytes spanned), so two disjoint slices of
+one buffer (a K and a V cache cut from one allocation) do not overlap.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.export.graph_signature import InputKind, OutputKind
+
+
+def _extent(t: torch.Tensor):
+    if t.numel() == 0:
+        return None
+    span = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return t.device, start, start + span * t.element_size()
+
+
+def overlapping_pairs(leaf_values: list) -> list[tuple[int, int]]:
+    """(i, j), i < j, for tensor leaves whose memory extents intersect."""
+    spans = [(k, _extent(v)) for k, v in enumerate(leaf_values) if isinstance(v, torch.Tensor)]
+    spans = [(k, e) for k, e in spans if e is not None and e[0].type != "meta"]
+    out = []
+    for a in range(len(spans)):
+        for b in range(a + 1, len(spans)):
+            (i, (di, si, ei)), (j, (dj, sj, ej)) = spans[a], spans[b]
+            if di == dj and si < ej and sj < ei:
+                out.append((i, j))
+    return out
+
+
+def _copy_like(t: torch.Tensor) -> torch.Tensor:
+    """A tensor of t's values in memory of its own, with t's sizes, strides and storage offset (so
+    that its alignment, which kernels specialize on, is t's too)."""
+    span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    with torch.no_grad():
+        buf = torch.empty(t.storage_offset() + span, dtype=t.dtype, device=t.device)
+        c = buf.as_strided(t.shape, t.stride(), t.storage_offset())
+        c.copy_(t)
+    return c.requires_grad_(t.requires_grad) if t.is_leaf and t.requires_grad else c
+
+
+def distinct_copies(marked, values, pairs: list[tuple[int, int]]):
+    """`values` (the call's (args, kwargs)) with the later tensor of each overlapping pair replaced by
+    a copy; `marked` is the same structure with each leaf's marker (an object with `.index`)."""
+    later = {j for _, j in pairs}
+
+    def swap(m, v):
+        return _copy_like(v) if getattr(m, "index", None) in later and isinstance(v, torch.Tensor) else v
+
+    return pytree.tree_map(swap, marked, values, is_leaf=lambda x: x is None)
+
+
+def written_leaves(ep, leaf_of_input: list) -> set[int]:
+    """The user tensor leaves the captured program writes (its input mutations)."""
+    sig = ep.graph_signature
+    mutated = {s.target for s in sig.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION}
+    user = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
+    return {leaf for s, leaf in zip(user, leaf_of_input)
+            if isinstance(leaf, int) and getattr(s.arg, "name", None) in mutated}
+
+
+def _span_text(k: int, leaf: dict, itemsize: int) -> str:
+    """Bytes spanned by tensor leaf k, as a guard expression over its fields."""
+    terms = " + ".join(f"(L{k}.size[{d}] - 1) * L{k}.stride[{d}]" for d in range(leaf["dim"]))
+    return f"{itemsize} * (1 + {terms})" if terms else str(itemsize)
+
+
+def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int]) -> list[str]:
+    """`guard expr` lines: no written tensor leaf overlaps another tensor leaf of its device.
+    `itemsize`: bytes per element of each tensor leaf (from its traced value)."""
+    tensors = [k for k, l in enumerate(leaves) if l["kind"] == 1 and 0 not in l["sizes"] and k in itemsize]
+    lines = []
+    for a in sorted(written):
+        if a not in tensors:
+            continue
+        for b in tensors:
+            if b == a or (b in written and b < a):
+                continue  # each pair once
+            la, lb = leaves[a], leaves[b]
+            if (la["device_type"], la["device_index"]) != (lb["device_type"], lb["device_index"]):
+                continue
+            lo, hi = min(a, b), max(a, b)
+            span_lo, span_hi = _span_text(lo, leaves[lo], itemsize[lo]), _span_text(hi, leaves[hi], itemsize[hi])
+            lines.append(f'guard expr "((L{lo}.data_ptr + {span_lo}) <= L{hi}.data_ptr) or '
+                         f'((L{hi}.data_ptr + {span_hi}) <= L{lo}.data_ptr)"')
+    return lines

@@ -66,7 +66,7 @@ def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int, grid
 
 
 def copy(lw, node: fx.Node, dst, dst_view, src, src_fake) -> bool:
-    """dst.copy_(src) as a native launch; False when the ATen call must stay (and nothing was
+    """dst.copy_(src) as a native launch; False when the ATen call must stay (nothing but view calls
     emitted). dst_view() gives the fake of the destination (computed only when the source
     qualifies); dst(fake) and src() give the launch operands (lazy_views: pointers where they can)."""
     if not (_plain(src_fake) and _eligible_device(src_fake)):
@@ -85,10 +85,7 @@ def copy(lw, node: fx.Node, dst, dst_view, src, src_fake) -> bool:
     held = lw.pending_copy
     if held is not None and held.pairs_with(this):
         lw.pending_copy = None
-        pad = [1] * (4 - this.dst_fake.dim())
-        sizes = pad + list(this.dst_fake.shape)
-        values = {"n": this.dst_fake.numel(), "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
-                  **_strides(held, "d", "r"), **_strides(this, "e", "q")}
+        values = {**_index_space(this), **_strides(held, "d", "r"), **_strides(this, "e", "q")}
         _launch(lw, held.node, builtin_kernels.strided_copy_pair,
                 {"dst0": (held.dst, held.dst_fake), "src0": (held.src, held.src_fake),
                  "dst1": (this.dst, this.dst_fake), "src1": (this.src, this.src_fake)},
@@ -124,6 +121,12 @@ def _storage(fake):
     return fake.untyped_storage()._cdata
 
 
+def _index_space(c: _Copy) -> dict:
+    """The copy kernels' index space: n elements over [n / (s1 s2 s3), s1, s2, s3]."""
+    sizes = [1] * (4 - c.dst_fake.dim()) + list(c.dst_fake.shape)
+    return {"n": c.dst_fake.numel(), "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK}
+
+
 def _strides(c: _Copy, dst_name: str, src_name: str) -> dict:
     pad = [0] * (4 - c.dst_fake.dim())
     d, r = pad + list(c.dst_fake.stride()), pad + list(c.src_fake.stride())
@@ -136,11 +139,8 @@ def flush(lw):
     if c is None:
         return
     lw.pending_copy = None
-    sizes = [1] * (4 - c.dst_fake.dim()) + list(c.dst_fake.shape)
-    values = {"n": c.dst_fake.numel(), "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
-              **_strides(c, "d", "r")}
-    _launch(lw, c.node, builtin_kernels.strided_copy,
-            {"dst": (c.dst, c.dst_fake), "src": (c.src, c.src_fake)}, values, c.dst_fake.numel())
+    _launch(lw, c.node, builtin_kernels.strided_copy, {"dst": (c.dst, c.dst_fake), "src": (c.src, c.src_fake)},
+            {**_index_space(c), **_strides(c, "d", "r")}, c.dst_fake.numel())
 
 
 def holds_across(node: fx.Node, inplace) -> bool:

@@ -22,12 +22,16 @@ from torch.utils import _pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
 
+def _span(t: torch.Tensor) -> int:
+    """Elements from t's first to its last, inclusive (strides are never negative in PyTorch)."""
+    return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+
+
 def _extent(t: torch.Tensor):
     if t.numel() == 0:
         return None
-    span = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
     start = t.data_ptr()
-    return t.device, start, start + span * t.element_size()
+    return t.device, start, start + _span(t) * t.element_size()
 
 
 def overlapping_pairs(leaf_values: list) -> list[tuple[int, int]]:
@@ -46,9 +50,8 @@ def overlapping_pairs(leaf_values: list) -> list[tuple[int, int]]:
 def _copy_like(t: torch.Tensor) -> torch.Tensor:
     """A tensor of t's values in memory of its own, with t's sizes, strides and storage offset (so
     that its alignment, which kernels specialize on, is t's too)."""
-    span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
     with torch.no_grad():
-        buf = torch.empty(t.storage_offset() + span, dtype=t.dtype, device=t.device)
+        buf = torch.empty(t.storage_offset() + _span(t), dtype=t.dtype, device=t.device)
         c = buf.as_strided(t.shape, t.stride(), t.storage_offset())
         c.copy_(t)
     return c.requires_grad_(t.requires_grad) if t.is_leaf and t.requires_grad else c

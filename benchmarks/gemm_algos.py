@@ -18,76 +18,44 @@ import os
 import torch
 from torch.utils.cpp_extension import load_inline
 
-SRC = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <cublasLt.h>
-#include <algorithm>
+import lt_problem
 
-namespace {
-void check(cublasStatus_t s, const char* what) { TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, what, " failed: ", int(s)); }
-}  // namespace
+SRC = lt_problem.SRC + r"""
+#include <ATen/cuda/CUDAEvent.h>
+#include <algorithm>
 
 // Rows of [device us, equal on all inputs (1/0), workspace bytes, heuristic waves], one per candidate.
 std::vector<std::vector<double>> run(std::vector<at::Tensor> inputs, at::Tensor w, int64_t max_algos) {
   const int64_t M = inputs[0].size(0), K = inputs[0].size(1), N = w.size(0);
-  cublasLtHandle_t lt = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t la, lb, lc;
-  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  cublasOperation_t tr = CUBLAS_OP_T;
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof(tr)), "transa");
-  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K), "la");
-  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K), "lb");
-  check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, N, M, N), "lc");
-  size_t ws_size = 32 << 20;  // PyTorch's Hopper workspace
-  auto ws = at::empty({int64_t(ws_size)}, w.options().dtype(at::kByte));
-  cublasLtMatmulPreference_t pref;
-  check(cublasLtMatmulPreferenceCreate(&pref), "pref");
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size,
-                                             sizeof(ws_size)), "ws");
-  std::vector<cublasLtMatmulHeuristicResult_t> heur(max_algos);
-  int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, int(max_algos), heur.data(), &found),
-        "heuristic");
+  const LtProblem lt(M, K, N, w.options(), int(max_algos));
   auto stream = at::cuda::getCurrentCUDAStream();
-  const float alpha = 1.f, beta = 0.f;
   std::vector<std::vector<double>> rows;
-  for (int c = 0; c < found; ++c) {
-    auto launch = [&](const at::Tensor& a, at::Tensor& out) {
-      return cublasLtMatmul(lt, desc, &alpha, w.data_ptr(), la, a.data_ptr(), lb, &beta, out.data_ptr(), lc,
-                            out.data_ptr(), lc, &heur[c].algo, ws.data_ptr(), ws_size, stream);
-    };
+  for (size_t c = 0; c < lt.heur.size(); ++c) {
+    const double ws = double(lt.heur[c].workspaceSize), waves = double(lt.heur[c].wavesCount);
     bool equal = true, ok = true;
     for (const auto& a : inputs) {
       auto out = at::empty({M, N}, a.options());
-      if (launch(a, out) != CUBLAS_STATUS_SUCCESS) { ok = false; break; }
+      if (lt.run(c, a, w, out) != CUBLAS_STATUS_SUCCESS) { ok = false; break; }
       equal = equal && at::equal(out, at::mm(a, w.t()));
     }
     if (!ok) {
-      rows.push_back({-1.0, 0.0, double(heur[c].workspaceSize), double(heur[c].wavesCount)});
+      rows.push_back({-1.0, 0.0, ws, waves});
       continue;
     }
     auto out = at::empty({M, N}, inputs[0].options());
     std::vector<double> samples;
     for (int rep = 0; rep < 5; ++rep) {
       at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
-      for (int i = 0; i < 20; ++i) launch(inputs[0], out);
+      for (int i = 0; i < 20; ++i) lt.run(c, inputs[0], w, out);
       start.record(stream);
-      for (int i = 0; i < 200; ++i) launch(inputs[0], out);
+      for (int i = 0; i < 200; ++i) lt.run(c, inputs[0], w, out);
       stop.record(stream);
       stop.synchronize();
       samples.push_back(start.elapsed_time(stop) * 1000.0 / 200);
     }
     std::sort(samples.begin(), samples.end());
-    rows.push_back({samples[2], equal ? 1.0 : 0.0, double(heur[c].workspaceSize), double(heur[c].wavesCount)});
+    rows.push_back({samples[2], equal ? 1.0 : 0.0, ws, waves});
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
   return rows;
 }
 """

@@ -12,18 +12,16 @@ import os
 import torch
 from torch.utils.cpp_extension import load_inline
 
-SRC = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+import lt_problem
+
+SRC = lt_problem.SRC + r"""
 #include <cublas_v2.h>
-#include <cublasLt.h>
 #include <chrono>
 
 namespace {
 double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-void check(cublasStatus_t s, const char* what) { TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, what, " failed: ", int(s)); }
 
 // out[M,N] = a[M,K] @ w[N,K]^T, all bf16 row-major, as PyTorch's addmm maps it onto column-major cuBLAS.
 void gemm_ex(cublasHandle_t h, at::Tensor& out, const at::Tensor& a, const at::Tensor& w) {
@@ -61,30 +59,9 @@ std::vector<double> run(at::Tensor a, at::Tensor w, int64_t n) {
   r.push_back(1);
 
   // cublasLt with descriptors and the heuristic's first algorithm chosen once
-  const int M = a.size(0), K = a.size(1), N = w.size(0);
-  cublasLtHandle_t lt = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulDesc_t desc; cublasLtMatrixLayout_t la, lb, lc;
-  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  cublasOperation_t tr = CUBLAS_OP_T;
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof(tr)), "transa");
-  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K), "la");
-  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K), "lb");
-  check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, N, M, N), "lc");
-  size_t ws_size = 32 << 20;
-  auto ws = at::empty({int64_t(ws_size)}, a.options().dtype(at::kByte));
-  cublasLtMatmulPreference_t pref;
-  check(cublasLtMatmulPreferenceCreate(&pref), "pref");
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size)), "ws");
-  cublasLtMatmulHeuristicResult_t heur; int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found), "heuristic");
-  TORCH_CHECK(found == 1, "no cublasLt algorithm");
-  float alpha = 1.f, beta = 0.f;
+  const LtProblem lt(a.size(0), a.size(1), w.size(0), a.options(), 1);
   out.zero_();
-  time([&] {
-    check(cublasLtMatmul(lt, desc, &alpha, w.data_ptr(), la, a.data_ptr(), lb, &beta, out.data_ptr(), lc,
-                         out.data_ptr(), lc, &heur.algo, ws.data_ptr(), ws_size,
-                         at::cuda::getCurrentCUDAStream()), "cublasLtMatmul");
-  });
+  time([&] { check(lt.run(0, a, w, out), "cublasLtMatmul"); });
   r.push_back(at::equal(out, ref));
   return r;
 }

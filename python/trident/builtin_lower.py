@@ -7,10 +7,13 @@ Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tens
 device; the launch then fails on CPU tensors, which is how CPU tests check the lowering without a GPU)."""
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.fx as fx
 
 from . import builtin_kernels, config, lazy_views
+from .reinplace import SCATTERS
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 
 BLOCK = 1024
@@ -146,8 +149,6 @@ def flush(lw):
 def holds_across(node: fx.Node, inplace) -> bool:
     """Whether a held copy may stay held while `node` is lowered: the node is a copy it may pair
     with, or it touches no memory (views, shape arithmetic, getitem, export's assertions)."""
-    import operator
-    from .reinplace import SCATTERS
     if node.op != "call_function":
         return False
     if node in inplace:

@@ -212,8 +212,8 @@ def decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ctx_len, scale, n_heads,
     tl.store(o_ptr + pid * HEAD_DIM + d, (acc / l_i).to(o_ptr.dtype.element_ty))
 
 
-def decode_attention(q, k_cache, v_cache, ctx_len, scale):
-    """q: [B, H, D] contiguous; caches: [B, H, max_seq, D]; attends to positions [0, ctx_len)."""
+def decode_attention_per_head(q, k_cache, v_cache, ctx_len, scale, block_n=128, num_warps=8):
+    """One program per (batch row, head) over the whole context."""
     assert q.is_contiguous() and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
     batch, n_heads, head_dim = q.shape
     out = torch.empty((batch, n_heads, head_dim), dtype=q.dtype, device=q.device)
@@ -221,8 +221,19 @@ def decode_attention(q, k_cache, v_cache, ctx_len, scale):
         q, k_cache, v_cache, out, ctx_len, scale, n_heads,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        HEAD_DIM=head_dim, BLOCK_N=64)
+        HEAD_DIM=head_dim, BLOCK_N=block_n, num_warps=num_warps)
     return out
+
+
+def decode_attention(q, k_cache, v_cache, ctx_len, scale):
+    """q: [B, H, D] contiguous; caches: [B, H, max_seq, D]; attends to positions [0, ctx_len).
+
+    With fewer (batch row, head) pairs than half an H200's 132 SMs, the context is split 8 ways
+    (flash-decoding); with more, one program per pair already fills the GPU. Choices and figures
+    from benchmarks/attention_variants.py on the H200 (benchmarks/NOTES.md, session 5)."""
+    if q.shape[0] * q.shape[1] < 64:
+        return decode_attention_split(q, k_cache, v_cache, ctx_len, scale, n_splits=8, block_n=64)
+    return decode_attention_per_head(q, k_cache, v_cache, ctx_len, scale, block_n=128, num_warps=8)
 
 
 def decode_attention_ref(q, k_cache, v_cache, ctx_len, scale):
@@ -230,3 +241,78 @@ def decode_attention_ref(q, k_cache, v_cache, ctx_len, scale):
     v = v_cache[:, :, :ctx_len].float()
     s = torch.einsum("bhd,bhsd->bhs", q.float() * scale, k)
     return torch.einsum("bhs,bhsd->bhd", s.softmax(-1), v).to(q.dtype)
+
+
+
+# ---- decode attention, split over the context (flash-decoding): two kernels --------------------
+#
+# One program per (batch row, head, split) computes an online softmax over its share of the context
+# and writes an unnormalized partial (fp32 accumulator, running max, running sum); a second kernel,
+# one program per (batch row, head), merges the splits. At batch 1 the one-program-per-head kernel
+# above runs 16 programs on a 132-SM GPU; split 8 ways, 128.
+
+@triton.jit
+def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, ml_ptr, ctx_len, scale, n_heads,
+                                  stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+                                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr):
+    pid = tl.program_id(0)              # (batch row, head)
+    split = tl.program_id(1)
+    b = pid // n_heads
+    h = pid % n_heads
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + pid * HEAD_DIM + d).to(tl.float32) * scale.to(tl.float32)
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    # Each split takes a whole number of blocks; trailing splits may be empty (m = -inf, l = 0).
+    chunk = tl.cdiv(tl.cdiv(ctx_len, BLOCK_N), N_SPLITS) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, ctx_len)
+    m_i = tl.full((), float("-inf"), tl.float32)
+    l_i = tl.full((), 0.0, tl.float32)
+    acc = tl.zeros((HEAD_DIM,), tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        mask = n < hi
+        k = tl.load(k_base + n[:, None] * stride_ks + d[None, :], mask=mask[:, None], other=0.0)
+        s = tl.where(mask, tl.sum(k.to(tl.float32) * q[None, :], axis=1), float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=0).to(tl.float32))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new)
+        v = tl.load(v_base + n[:, None] * stride_vs + d[None, :], mask=mask[:, None], other=0.0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        m_i = m_new
+    part = pid * N_SPLITS + split
+    tl.store(acc_ptr + part * HEAD_DIM + d, acc)
+    tl.store(ml_ptr + part * 2, m_i)
+    tl.store(ml_ptr + part * 2 + 1, l_i)
+
+
+@triton.jit
+def decode_attention_merge_kernel(acc_ptr, ml_ptr, o_ptr, HEAD_DIM: tl.constexpr, N_SPLITS: tl.constexpr):
+    pid = tl.program_id(0)              # (batch row, head)
+    sp = tl.arange(0, N_SPLITS)
+    d = tl.arange(0, HEAD_DIM)
+    part = pid * N_SPLITS + sp
+    m = tl.load(ml_ptr + part * 2)
+    l = tl.load(ml_ptr + part * 2 + 1)
+    w = tl.exp(m - tl.max(m, axis=0))   # split 0 is never empty, so the max is finite; empty splits weigh 0
+    acc = tl.load(acc_ptr + part[:, None] * HEAD_DIM + d[None, :])
+    o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    tl.store(o_ptr + pid * HEAD_DIM + d, o.to(o_ptr.dtype.element_ty))
+
+
+def decode_attention_split(q, k_cache, v_cache, ctx_len, scale, n_splits=8, block_n=64):
+    """Same contract as decode_attention, computed in n_splits parts of the context and merged."""
+    assert q.is_contiguous() and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
+    batch, n_heads, head_dim = q.shape
+    acc = torch.empty((batch * n_heads, n_splits, head_dim), dtype=torch.float32, device=q.device)
+    ml = torch.empty((batch * n_heads, n_splits, 2), dtype=torch.float32, device=q.device)
+    decode_attention_split_kernel[(batch * n_heads, n_splits)](
+        q, k_cache, v_cache, acc, ml, ctx_len, scale, n_heads,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        HEAD_DIM=head_dim, BLOCK_N=block_n, N_SPLITS=n_splits)
+    out = torch.empty((batch, n_heads, head_dim), dtype=q.dtype, device=q.device)
+    decode_attention_merge_kernel[(batch * n_heads,)](acc, ml, out, HEAD_DIM=head_dim, N_SPLITS=n_splits)
+    return out

@@ -41,7 +41,9 @@ def test_decode_step_host_program(pos):
         assert ops[name] == 0, (name, ops)
     assert ops["aten::linear"] == 4 * layers, ops
     kernels = collections.Counter(k.split()[2] for k in low.kernels)
-    assert kernels['"rmsnorm_kernel"'] == 2 * layers + 1 and kernels['"decode_attention_kernel"'] == layers, kernels
+    assert kernels['"rmsnorm_kernel"'] == 2 * layers + 1, kernels
+    # batch 1 x 4 heads: the attention is split over the context and merged (kernels.decode_attention)
+    assert kernels['"decode_attention_split_kernel"'] == kernels['"decode_attention_merge_kernel"'] == layers, kernels
     # each pair writes the layer's k and v caches at pos * head_dim(64) * 2 bytes, reading k from the
     # rotary output and v from its slice of the fused qkv row
     off = pos * 64 * 2

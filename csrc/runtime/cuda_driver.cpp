@@ -15,6 +15,11 @@ void bind(void* lib, F& slot, const char* name) {
   slot = reinterpret_cast<F>(p);
 }
 
+template <typename F>
+void bind_optional(void* lib, F& slot, const char* name) {
+  slot = reinterpret_cast<F>(dlsym(lib, name));
+}
+
 Driver load() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) throw std::runtime_error(std::string("cannot load the CUDA driver (libcuda.so.1): ") + dlerror());
@@ -33,6 +38,18 @@ Driver load() {
   bind(lib, d.FuncSetAttribute, "cuFuncSetAttribute");
   bind(lib, d.FuncSetCacheConfig, "cuFuncSetCacheConfig");
   bind(lib, d.LaunchKernelEx, "cuLaunchKernelEx");
+  // The versioned names are the ABIs cuda.h's macros select (CUDA_KERNEL_NODE_PARAMS is _v2).
+  bind_optional(lib, d.StreamCreate, "cuStreamCreate");
+  bind_optional(lib, d.StreamBeginCapture, "cuStreamBeginCapture_v2");
+  bind_optional(lib, d.StreamEndCapture, "cuStreamEndCapture");
+  bind_optional(lib, d.GraphGetNodes, "cuGraphGetNodes");
+  bind_optional(lib, d.GraphNodeGetType, "cuGraphNodeGetType");
+  bind_optional(lib, d.GraphNodeGetDependencies, "cuGraphNodeGetDependencies");
+  bind_optional(lib, d.GraphKernelNodeGetParams, "cuGraphKernelNodeGetParams_v2");
+  bind_optional(lib, d.GraphKernelNodeGetAttribute, "cuGraphKernelNodeGetAttribute");
+  bind_optional(lib, d.GraphDestroy, "cuGraphDestroy");
+  bind_optional(lib, d.FuncGetParamInfo, "cuFuncGetParamInfo");
+  bind_optional(lib, d.KernelGetFunction, "cuKernelGetFunction");
   CUresult r = d.Init(0);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuInit failed with CUDA error " + std::to_string(r));
   return d;

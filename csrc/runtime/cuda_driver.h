@@ -24,6 +24,26 @@ struct Driver {
   CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
   CUresult (*FuncSetCacheConfig)(CUfunction, CUfunc_cache);
   CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
+
+  // Stream capture and graph inspection, for recording a library's launches (launch_record.h).
+  // Optional: null where the driver lacks them (cuFuncGetParamInfo needs CUDA 12.4); callers then
+  // record nothing. capture_api() says whether all of them are there.
+  CUresult (*StreamCreate)(CUstream*, unsigned int);
+  CUresult (*StreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*StreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*GraphGetNodes)(CUgraph, CUgraphNode*, size_t*);
+  CUresult (*GraphNodeGetType)(CUgraphNode, CUgraphNodeType*);
+  CUresult (*GraphNodeGetDependencies)(CUgraphNode, CUgraphNode*, size_t*);
+  CUresult (*GraphKernelNodeGetParams)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
+  CUresult (*GraphKernelNodeGetAttribute)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue*);
+  CUresult (*GraphDestroy)(CUgraph);
+  CUresult (*FuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*);
+  CUresult (*KernelGetFunction)(CUfunction*, CUkernel);
+  bool capture_api() const {
+    return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphGetNodes && GraphNodeGetType &&
+           GraphNodeGetDependencies && GraphKernelNodeGetParams && GraphKernelNodeGetAttribute && GraphDestroy &&
+           FuncGetParamInfo && KernelGetFunction;
+  }
 };
 
 // The loaded driver; throws std::runtime_error naming what is missing when there is no usable driver.

@@ -65,6 +65,7 @@ LoadedModule::GemmStats LoadedModule::gemm_stats() const {
     if (!site.gemm) continue;
     g.native += site.gemm->state() == LtGemm::State::Ready;
     g.declined += site.gemm->state() == LtGemm::State::Declined;
+    g.replayed += site.gemm->replaying();
   }
   return g;
 }

@@ -50,7 +50,7 @@ class LoadedModule {
   ReuseStats reuse_stats() const;
   // GEMM sites running through cuBLASLt (checked against at::mm), and sites that handed back to ATen.
   struct GemmStats {
-    int64_t native = 0, declined = 0;
+    int64_t native = 0, declined = 0, replayed = 0;
   };
   GemmStats gemm_stats() const;
 

@@ -6,19 +6,34 @@
 // a difference, a cuBLASLt error, or a change of PyTorch's cuBLAS reduction settings after that
 // check turns the site over to ATen for good. Calls the plan does not fit (another shape, dtype,
 // layout, alignment or device) go to ATen too.
+//
+// Replay: when a site is called twice in a row with the same pointers, stream and workspace (as
+// the decode step's GEMMs are, their inputs and outputs being reused buffers, buffer_reuse.h), the
+// launches cublasLtMatmul issued are recorded (launch_record.h) and, while those arguments repeat,
+// issued again without cuBLASLt's host work. The first replay's output is compared bit for bit
+// with cuBLASLt's; a difference, a refused launch or a call that cannot be recorded ends replay for
+// the site. A site records at most kMaxRecords times (arguments that keep changing stop it).
+// TRIDENT_CUBLASLT_REPLAY=0 turns replay off (read once, python/trident/config.py documents it).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
+#include <optional>
 
 #include "runtime/cublaslt.h"
 
 namespace trident::runtime {
 
+class LaunchRecord;  // launch_record.h (runtime-private: it needs cuda.h)
+
 class LtGemm {
  public:
+  LtGemm();
+  ~LtGemm();
+
   enum class State : uint8_t { Unplanned, Ready, Declined };
 
   // out = a @ b for a [M, K] row-major, b [K, N] column-major (a weight [N, K] seen transposed) and
@@ -27,6 +42,10 @@ class LtGemm {
   bool run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) const;
 
   State state() const { return state_.load(std::memory_order_acquire); }
+  // Whether the site issues recorded launches now (for counters()).
+  bool replaying() const;
+
+  static constexpr int kMaxRecords = 4;
 
  private:
   struct Plan {
@@ -38,12 +57,30 @@ class LtGemm {
     cublaslt::Layout la = nullptr, lb = nullptr, lc = nullptr;
     cublaslt::Algo algo{};
   };
+  // Everything one cublasLtMatmul call depends on besides the plan.
+  struct Args {
+    const void *a = nullptr, *b = nullptr;
+    void *out = nullptr, *workspace = nullptr, *stream = nullptr;
+    bool operator==(const Args& o) const {
+      return a == o.a && b == o.b && out == o.out && workspace == o.workspace && stream == o.stream;
+    }
+  };
+  enum class ReplayState : uint8_t { Open, Closed, Off };  // may record / keeps its record / never replays
+
   bool make_plan(const at::Tensor& a, const at::Tensor& b, int device, Plan& p) const;
-  bool launch(const Plan& p, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) const;
+  Args args_of(const Plan& p, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) const;
+  bool enqueue(const Plan& p, const Args& x, void* stream) const;
+  bool run_ready(const Plan& p, const Args& x, at::Tensor& out) const;  // under mu_
+  void try_record(const Plan& p, const Args& x, at::Tensor& out) const;  // under mu_
 
   mutable std::atomic<State> state_{State::Unplanned};
-  mutable std::mutex mu_;  // planning and the first-call check
+  mutable std::mutex mu_;  // planning, the first-call check, and the replay state below
   mutable Plan plan_;      // written once, under mu_, before state_ becomes Ready
+  mutable ReplayState replay_state_ = ReplayState::Open;
+  mutable std::optional<Args> last_;     // the previous call's arguments
+  mutable std::optional<Args> recorded_;  // the arguments `record_` was captured with
+  mutable std::unique_ptr<LaunchRecord> record_;
+  mutable int records_ = 0;
 };
 
 }  // namespace trident::runtime

@@ -54,5 +54,7 @@ def counters(compiled) -> dict:
     allocation sites that hand their buffer out again on the next call: reused_buffers (sites holding
     one now), escaped_buffers (sites that stopped because a result kept their buffer), reused_bytes;
     and the fp16/bf16 CUDA GEMM sites (mm, linear) that call cuBLASLt directly: cublaslt_gemms (after
-    their first result matched at::mm bit for bit), cublaslt_declined (sites that went back to ATen)."""
+    their first result matched at::mm bit for bit), cublaslt_declined (sites that went back to ATen),
+    cublaslt_replayed (sites issuing their recorded cuBLASLt launches without cuBLASLt: same pointers as
+    the call before, first replay bit for bit equal; TRIDENT_CUBLASLT_REPLAY=0 turns it off)."""
     return controller(compiled).scm.counters()

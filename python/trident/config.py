@@ -11,6 +11,8 @@ from dataclasses import dataclass
 #   GPU's; lets machines without a GPU capture and compile (tests, ahead-of-time builds).
 # TRIDENT_BUILTIN_KERNELS: "auto" (default: same-dtype copies and same-shape adds of CUDA tensors run
 #   trident's own Triton kernels, builtin_lower.py), "off", or "all" (any device; CPU tests).
+# TRIDENT_CUBLASLT_REPLAY: "0" turns off the replay of recorded cuBLASLt launches at GEMM sites whose
+#   pointers repeat (csrc/runtime/lt_gemm.h); read once, by the native runtime, at its first GEMM.
 
 ON_MISS_POLICIES = ("compile", "error", "eager")
 

@@ -1,6 +1,10 @@
 """fp16/bf16 GEMMs of mm and F.linear sites through cuBLASLt (csrc/runtime/lt_gemm.h), on the GPU
 machine (pytest -m gpu). Each result must equal eager's bit for bit; the counters say which sites
 took the cuBLASLt path and which handed back to ATen."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
@@ -120,3 +124,78 @@ def test_a_side_stream_gets_its_own_workspace():
             got = fast(x)
         torch.cuda.current_stream().wait_stream(side)
         assert torch.equal(got, want)
+
+
+# ---- replay of recorded cuBLASLt launches (csrc/runtime/launch_record.h) -------------------------
+
+def float_out(model):
+    """model(x).float(): the last GEMM's output becomes an intermediate, a buffer reused every call,
+    so that every site sees the same pointers from one call to the next."""
+    return lambda x: model(x).float()
+
+
+@pytest.mark.parametrize("batch", [1, 8])  # batch 1's down projection is split-K: two kernels
+def test_repeated_pointers_replay_the_recorded_launches_bit_for_bit(batch):
+    require_cuda()
+    model = Mlp(torch.bfloat16)
+    fast = trident.compile(float_out(model))
+    x = torch.randn(batch, 2048, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(4):  # call 1 checks against at::mm, call 2 records (and checks its replay), then replays
+            assert torch.equal(fast(x), model(x).float())
+        c = trident.counters(fast)
+        assert (c["cublaslt_gemms"], c["cublaslt_replayed"], c["cublaslt_declined"]) == (4, 4, 0), c
+        x.copy_(torch.randn_like(x))  # same pointer, new values: a replay reads them
+        assert torch.equal(fast(x), model(x).float())
+        y = torch.randn(batch, 2048, device="cuda", dtype=torch.bfloat16)  # another input pointer
+        assert torch.equal(fast(y), model(y).float())
+        assert torch.equal(fast(x), model(x).float())
+
+
+def test_alternating_inputs_are_not_replayed_at_the_site_that_reads_them():
+    require_cuda()
+    model = Mlp(torch.bfloat16)
+    fast = trident.compile(float_out(model))
+    xs = [torch.randn(1, 2048, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    with torch.no_grad():
+        for i in range(8):
+            assert torch.equal(fast(xs[i % 2]), model(xs[i % 2]).float())
+    # the first GEMM never sees the same input twice in a row; the three after it read reused buffers
+    assert trident.counters(fast)["cublaslt_replayed"] == 3
+
+
+def test_a_replaying_site_called_on_another_stream_uses_cublaslt_there():
+    require_cuda()
+    model = Mlp(torch.bfloat16)
+    fast = trident.compile(float_out(model))
+    x = torch.randn(1, 2048, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = model(x).float()
+        for _ in range(3):
+            assert torch.equal(fast(x), want)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = [fast(x) for _ in range(4)]  # another stream and workspace: recorded anew there
+        torch.cuda.current_stream().wait_stream(side)
+        for g in got:
+            assert torch.equal(g, want)
+        assert torch.equal(fast(x), want)
+
+
+def test_replay_is_turned_off_by_the_environment():
+    require_cuda()
+    code = (
+        "import torch, torch.nn.functional as F, trident\n"
+        "w = torch.randn(512, 1024, device='cuda', dtype=torch.bfloat16)\n"
+        "fast = trident.compile(lambda x: F.linear(x, w).float())\n"
+        "x = torch.randn(2, 1024, device='cuda', dtype=torch.bfloat16)\n"
+        "with torch.no_grad():\n"
+        "    for _ in range(4): assert torch.equal(fast(x), F.linear(x, w).float())\n"
+        "c = trident.counters(fast)\n"
+        "print(c['cublaslt_gemms'], c['cublaslt_replayed'])\n")
+    for env, want in (("0", "1 0"), ("1", "1 1")):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "TRIDENT_CUBLASLT_REPLAY": env})
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split("\n")[-2] == want, (env, run.stdout)

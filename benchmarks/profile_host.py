@@ -127,6 +127,8 @@ def main():
         pos = opts.pos[-1]
         ops = trident.controller(fast).last_ops[-1] if trident.controller(fast).last_ops else []
         lines.append(f"host ops in the trident step: {len(ops)}; counters: {trident.counters(fast)}")
+        for why, sites in trident._C.cublaslt_replay_refusals():
+            lines.append(f"cuBLASLt sites not replaying ({sites}): {why}")
         from torch.profiler import ProfilerActivity, profile
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         tables = []

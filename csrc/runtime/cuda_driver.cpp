@@ -45,6 +45,7 @@ Driver load() {
   bind_optional(lib, d.GraphGetNodes, "cuGraphGetNodes");
   bind_optional(lib, d.GraphNodeGetType, "cuGraphNodeGetType");
   bind_optional(lib, d.GraphNodeGetDependencies, "cuGraphNodeGetDependencies");
+  bind_optional(lib, d.GraphNodeGetDependencies2, "cuGraphNodeGetDependencies_v2");
   bind_optional(lib, d.GraphKernelNodeGetParams, "cuGraphKernelNodeGetParams_v2");
   bind_optional(lib, d.GraphKernelNodeGetAttribute, "cuGraphKernelNodeGetAttribute");
   bind_optional(lib, d.GraphDestroy, "cuGraphDestroy");

@@ -33,7 +33,8 @@ struct Driver {
   CUresult (*StreamEndCapture)(CUstream, CUgraph*);
   CUresult (*GraphGetNodes)(CUgraph, CUgraphNode*, size_t*);
   CUresult (*GraphNodeGetType)(CUgraphNode, CUgraphNodeType*);
-  CUresult (*GraphNodeGetDependencies)(CUgraphNode, CUgraphNode*, size_t*);
+  CUresult (*GraphNodeGetDependencies)(CUgraphNode, CUgraphNode*, size_t*);  // v1; v2 preferred (below)
+  CUresult (*GraphNodeGetDependencies2)(CUgraphNode, CUgraphNode*, CUgraphEdgeData*, size_t*);  // CUDA 12.3
   CUresult (*GraphKernelNodeGetParams)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
   CUresult (*GraphKernelNodeGetAttribute)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue*);
   CUresult (*GraphDestroy)(CUgraph);
@@ -41,7 +42,7 @@ struct Driver {
   CUresult (*KernelGetFunction)(CUfunction*, CUkernel);
   bool capture_api() const {
     return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphGetNodes && GraphNodeGetType &&
-           GraphNodeGetDependencies && GraphKernelNodeGetParams && GraphKernelNodeGetAttribute && GraphDestroy &&
+           (GraphNodeGetDependencies || GraphNodeGetDependencies2) && GraphKernelNodeGetParams && GraphKernelNodeGetAttribute && GraphDestroy &&
            FuncGetParamInfo && KernelGetFunction;
   }
 };

@@ -42,29 +42,52 @@ void clear_runtime_error() {
     }
 }
 
-// The capture's nodes in execution order when they form one chain of kernel nodes; empty otherwise.
-std::vector<CUgraphNode> kernel_chain(CUgraph graph) {
+// A node's dependencies (at most `cap`); programmatic (PDL) edges count as plain ones. The _v2 entry
+// point reads edges with non-default data, which the first one refuses (CUDA_ERROR_LOSSY_QUERY).
+CUresult dependencies(CUgraphNode node, CUgraphNode* deps, size_t* n) {
+  const auto& d = cuda::driver();
+  if (!d.GraphNodeGetDependencies2) return d.GraphNodeGetDependencies(node, deps, n);
+  std::vector<CUgraphEdgeData> edges(deps ? *n : 0);
+  return d.GraphNodeGetDependencies2(node, deps, deps ? edges.data() : nullptr, n);
+}
+
+std::string error_name(CUresult r) {
+  const char* name = "unknown CUDA error";
+  cuda::driver().GetErrorName(r, &name);
+  return name;
+}
+
+// The capture's nodes in execution order when they form one chain of kernel nodes; empty, with the
+// reason in *why, otherwise.
+std::vector<CUgraphNode> kernel_chain(CUgraph graph, std::string* why) {
   const auto& d = cuda::driver();
   size_t n = 0;
-  if (d.GraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS || n == 0 || n > kMaxNodes) return {};
+  if (d.GraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS || n == 0 || n > kMaxNodes) {
+    *why = "the capture holds " + std::to_string(n) + " nodes (1 to " + std::to_string(kMaxNodes) + " replayable)";
+    return {};
+  }
   std::vector<CUgraphNode> nodes(n), order;
-  if (d.GraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return {};
+  if (d.GraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return *why = "cuGraphGetNodes failed", order;
   std::vector<CUgraphNode> dep(n, nullptr);  // each node's one dependency (nullptr: the root)
   size_t roots = 0;
   for (size_t i = 0; i < n; ++i) {
-    CUgraphNodeType type;
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     size_t deps = 0;
-    if (d.GraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL) return {};
-    if (d.GraphNodeGetDependencies(nodes[i], nullptr, &deps) != CUDA_SUCCESS || deps > 1) return {};
-    if (deps == 1 && d.GraphNodeGetDependencies(nodes[i], &dep[i], &deps) != CUDA_SUCCESS) return {};
+    if (d.GraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL)
+      return *why = "the capture holds a node of type " + std::to_string(int(type)) + ", not a kernel", order;
+    if (CUresult r = dependencies(nodes[i], nullptr, &deps); r != CUDA_SUCCESS)
+      return *why = "cuGraphNodeGetDependencies: " + error_name(r), order;
+    if (deps > 1) return *why = "the captured kernels are not one chain (a join)", order;
+    if (CUresult r = deps == 1 ? dependencies(nodes[i], &dep[i], &deps) : CUDA_SUCCESS; r != CUDA_SUCCESS)
+      return *why = "cuGraphNodeGetDependencies: " + error_name(r), order;
     roots += deps == 0;
   }
-  if (roots != 1) return {};
+  if (roots != 1) return *why = "the captured kernels are not one chain (" + std::to_string(roots) + " roots)", order;
   for (CUgraphNode prev = nullptr; order.size() < n;) {
     size_t next = n, found = 0;
     for (size_t i = 0; i < n; ++i)
       if (dep[i] == prev) next = i, ++found;
-    if (found != 1) return {};  // a fork, or a node that follows nothing recorded
+    if (found != 1) return *why = "the captured kernels are not one chain (a fork)", std::vector<CUgraphNode>{};
     order.push_back(nodes[next]);
     prev = nodes[next];
   }
@@ -73,45 +96,79 @@ std::vector<CUgraphNode> kernel_chain(CUgraph graph) {
 
 }  // namespace
 
-std::optional<LaunchRecord> LaunchRecord::capture(const std::function<bool(CUstream)>& enqueue) {
+std::optional<LaunchRecord> LaunchRecord::capture(const std::function<bool(CUstream)>& enqueue, std::string* why) {
   const auto& d = cuda::driver();
-  if (!d.capture_api()) return std::nullopt;
+  if (!d.capture_api()) return *why = "the CUDA driver lacks the graph inspection API (CUDA 12.4 or newer)", std::nullopt;
   CUcontext ctx = nullptr;
-  if (d.CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return std::nullopt;
+  if (d.CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return *why = "no current CUDA context", std::nullopt;
   CUstream side = capture_stream(ctx);
-  if (!side || d.StreamBeginCapture(side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return std::nullopt;
+  if (!side) return *why = "cuStreamCreate failed", std::nullopt;
+  if (CUresult r = d.StreamBeginCapture(side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); r != CUDA_SUCCESS)
+    return *why = "cuStreamBeginCapture: " + error_name(r), std::nullopt;
   const bool enqueued = enqueue(side);
   CUgraph graph = nullptr;
   const CUresult ended = d.StreamEndCapture(side, &graph);
   if (!enqueued || ended != CUDA_SUCCESS || !graph) {
     if (graph) d.GraphDestroy(graph);
     clear_runtime_error();
+    *why = !enqueued ? "the library call failed under stream capture" : "cuStreamEndCapture: " + error_name(ended);
     return std::nullopt;
   }
 
   LaunchRecord rec;
   bool ok = true;
-  for (CUgraphNode node : kernel_chain(graph)) {
+  for (CUgraphNode node : kernel_chain(graph, why)) {
     CUDA_KERNEL_NODE_PARAMS p{};
     Launch l;
-    ok = d.GraphKernelNodeGetParams(node, &p) == CUDA_SUCCESS && p.extra == nullptr;
-    if (ok && !p.func && p.kern) ok = d.KernelGetFunction(&l.func, p.kern) == CUDA_SUCCESS;
-    else l.func = p.func;
-    ok = ok && l.func;
-    size_t total = 0;
-    std::vector<std::pair<size_t, size_t>> params;  // (offset, size)
-    for (size_t i = 0; ok && i < kMaxParams; ++i) {
-      size_t off = 0, size = 0;
-      if (d.FuncGetParamInfo(l.func, i, &off, &size) != CUDA_SUCCESS) break;  // past the last parameter
-      params.emplace_back(off, size);
-      total = std::max(total, off + size);
+    if (CUresult r = d.GraphKernelNodeGetParams(node, &p); r != CUDA_SUCCESS) {
+      *why = "cuGraphKernelNodeGetParams: " + error_name(r);
+      ok = false;
+      break;
     }
-    ok = ok && (params.empty() || p.kernelParams);
-    if (!ok) break;
-    l.bytes.assign((total + 7) / 8, 0);
-    for (size_t i = 0; i < params.size(); ++i) {
-      std::memcpy(reinterpret_cast<char*>(l.bytes.data()) + params[i].first, p.kernelParams[i], params[i].second);
-      l.offsets.push_back(static_cast<uint32_t>(params[i].first));
+    if (!p.func && p.kern) ok = d.KernelGetFunction(&l.func, p.kern) == CUDA_SUCCESS;
+    else l.func = p.func;
+    if (!(ok && l.func)) {
+      *why = "a captured kernel has no function handle";
+      ok = false;
+      break;
+    }
+    if (p.extra) {  // the parameters as one buffer: {BUFFER_POINTER, p, BUFFER_SIZE, &n, END}
+      const void* buf = nullptr;
+      size_t size = 0;
+      int entries = 0;
+      for (void** e = p.extra; ok && *e != CU_LAUNCH_PARAM_END; e += 2, ++entries) {
+        if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+        else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *static_cast<const size_t*>(e[1]);
+        else ok = false;
+        ok = ok && entries < 8;
+      }
+      if (!ok || !buf) {
+        *why = "a captured kernel's parameter buffer cannot be read";
+        ok = false;
+        break;
+      }
+      l.buffer_size = size;
+      l.bytes.assign((size + 7) / 8, 0);
+      std::memcpy(l.bytes.data(), buf, size);
+    } else {
+      size_t total = 0;
+      std::vector<std::pair<size_t, size_t>> params;  // (offset, size)
+      for (size_t i = 0; i < kMaxParams; ++i) {
+        size_t off = 0, size = 0;
+        if (d.FuncGetParamInfo(l.func, i, &off, &size) != CUDA_SUCCESS) break;  // past the last parameter
+        params.emplace_back(off, size);
+        total = std::max(total, off + size);
+      }
+      if (!params.empty() && !p.kernelParams) {
+        *why = "a captured kernel's parameters cannot be read";
+        ok = false;
+        break;
+      }
+      l.bytes.assign((total + 7) / 8, 0);
+      for (size_t i = 0; i < params.size(); ++i) {
+        std::memcpy(reinterpret_cast<char*>(l.bytes.data()) + params[i].first, p.kernelParams[i], params[i].second);
+        l.offsets.push_back(static_cast<uint32_t>(params[i].first));
+      }
     }
     l.grid[0] = p.gridDimX, l.grid[1] = p.gridDimY, l.grid[2] = p.gridDimZ;
     l.block[0] = p.blockDimX, l.block[1] = p.blockDimY, l.block[2] = p.blockDimZ;
@@ -138,12 +195,15 @@ std::optional<LaunchRecord> LaunchRecord::capture(const std::function<bool(CUstr
   return rec;
 }
 
-bool LaunchRecord::replay(CUstream stream) const {
+CUresult LaunchRecord::replay(CUstream stream) const {
   const auto& d = cuda::driver();
   for (const Launch& l : launches_) {
     c10::SmallVector<void*, 32> args;
     char* base = const_cast<char*>(reinterpret_cast<const char*>(l.bytes.data()));  // the driver only reads
     for (uint32_t off : l.offsets) args.push_back(base + off);
+    size_t buffer_size = l.buffer_size;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, base, CU_LAUNCH_PARAM_BUFFER_SIZE, &buffer_size,
+                     CU_LAUNCH_PARAM_END};
     CUlaunchConfig cfg{};
     cfg.gridDimX = l.grid[0], cfg.gridDimY = l.grid[1], cfg.gridDimZ = l.grid[2];
     cfg.blockDimX = l.block[0], cfg.blockDimY = l.block[1], cfg.blockDimZ = l.block[2];
@@ -151,9 +211,13 @@ bool LaunchRecord::replay(CUstream stream) const {
     cfg.hStream = stream;
     cfg.attrs = const_cast<CUlaunchAttribute*>(l.attrs.data());
     cfg.numAttrs = static_cast<unsigned>(l.attrs.size());
-    if (d.LaunchKernelEx(&cfg, l.func, args.data(), nullptr) != CUDA_SUCCESS) return false;
+    const CUresult r = l.buffer_size ? d.LaunchKernelEx(&cfg, l.func, nullptr, extra)
+                                     : d.LaunchKernelEx(&cfg, l.func, args.data(), nullptr);
+    if (r != CUDA_SUCCESS) return r;
   }
-  return true;
+  return CUDA_SUCCESS;
 }
+
+std::string LaunchRecord::error_text(CUresult r) { return error_name(r); }
 
 }  // namespace trident::runtime

@@ -63,12 +63,32 @@ bool replay_enabled() {
   return on;
 }
 
+std::mutex g_refusal_mu;
+std::vector<std::pair<std::string, int64_t>>& refusals() {
+  static auto* r = new std::vector<std::pair<std::string, int64_t>>();  // never destroyed (exit order)
+  return *r;
+}
+
 void* current_stream(int device) {
   const c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
   return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, int64_t>> replay_refusals() {
+  std::lock_guard<std::mutex> lock(g_refusal_mu);
+  return refusals();
+}
+
+void LtGemm::stop_replay(const std::string& why) const {
+  record_.reset();
+  replay_state_ = ReplayState::Off;
+  std::lock_guard<std::mutex> lock(g_refusal_mu);
+  for (auto& r : refusals())
+    if (r.first == why) return void(++r.second);
+  if (refusals().size() < 16) refusals().emplace_back(why, 1);
+}
 
 bool LtGemm::make_plan(const at::Tensor& a, const at::Tensor& b, int device, Plan& p) const {
   const lt::Api* api = lt::api();
@@ -121,9 +141,9 @@ bool LtGemm::enqueue(const Plan& p, const Args& x, void* stream) const {
 
 bool LtGemm::run_ready(const Plan& p, const Args& x, at::Tensor& out) const {
   if (record_ && recorded_ == x) {
-    if (record_->replay(static_cast<CUstream>(x.stream))) return true;
-    record_.reset();  // the driver refused a recorded launch: back to cuBLASLt for good
-    replay_state_ = ReplayState::Off;
+    const CUresult r = record_->replay(static_cast<CUstream>(x.stream));
+    if (r == CUDA_SUCCESS) return true;
+    stop_replay("the driver refused a recorded launch: " + LaunchRecord::error_text(r));  // cuBLASLt for good
   }
   if (!enqueue(p, x, x.stream)) return false;
   if (replay_state_ == ReplayState::Open && last_ == x) try_record(p, x, out);
@@ -135,19 +155,17 @@ void LtGemm::try_record(const Plan& p, const Args& x, at::Tensor& out) const {
   if (++records_ >= kMaxRecords) replay_state_ = ReplayState::Closed;
   // The capture runs on a private stream but with this call's workspace, so that the recorded
   // launches are exactly those of a call on x.stream.
-  std::optional<LaunchRecord> rec = LaunchRecord::capture([&](CUstream side) { return enqueue(p, x, side); });
-  if (!rec) {
-    record_.reset();
-    replay_state_ = ReplayState::Off;  // this call cannot be recorded; others of the site would not be either
-    return;
-  }
+  std::string why;
+  std::optional<LaunchRecord> rec =
+      LaunchRecord::capture([&](CUstream side) { return enqueue(p, x, side); }, &why);
+  if (!rec) return stop_replay(why);  // this call cannot be recorded; others of the site would not be either
   // out holds cuBLASLt's result: the first replay must reproduce it bit for bit.
   const at::Tensor expected = at::_ops::clone::call(out, std::nullopt);
-  if (!rec->replay(static_cast<CUstream>(x.stream)) || !at::_ops::equal::call(out, expected)) {
+  const CUresult r = rec->replay(static_cast<CUstream>(x.stream));
+  if (r != CUDA_SUCCESS || !at::_ops::equal::call(out, expected)) {
     out.copy_(expected);
-    record_.reset();
-    replay_state_ = ReplayState::Off;
-    return;
+    return stop_replay(r != CUDA_SUCCESS ? "the driver refused a recorded launch: " + LaunchRecord::error_text(r)
+                                         : "a first replay differed from cuBLASLt's result");
   }
   record_ = std::make_unique<LaunchRecord>(std::move(*rec));
   recorded_ = x;

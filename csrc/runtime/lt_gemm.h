@@ -14,6 +14,7 @@
 // with cuBLASLt's; a difference, a refused launch or a call that cannot be recorded ends replay for
 // the site. A site records at most kMaxRecords times (arguments that keep changing stop it).
 // TRIDENT_CUBLASLT_REPLAY=0 turns replay off (read once, python/trident/config.py documents it).
+// Why a site stopped replaying is kept process-wide (replay_refusals(), shown by trident.explain).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,12 +23,18 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "runtime/cublaslt.h"
 
 namespace trident::runtime {
 
 class LaunchRecord;  // launch_record.h (runtime-private: it needs cuda.h)
+
+// Each distinct reason a cuBLASLt site of this process stopped replaying (or never started), with
+// how many sites gave it; at most 16 reasons are kept.
+std::vector<std::pair<std::string, int64_t>> replay_refusals();
 
 class LtGemm {
  public:
@@ -72,6 +79,7 @@ class LtGemm {
   bool enqueue(const Plan& p, const Args& x, void* stream) const;
   bool run_ready(const Plan& p, const Args& x, at::Tensor& out) const;  // under mu_
   void try_record(const Plan& p, const Args& x, at::Tensor& out) const;  // under mu_
+  void stop_replay(const std::string& why) const;                         // under mu_
 
   mutable std::atomic<State> state_{State::Unplanned};
   mutable std::mutex mu_;  // planning, the first-call check, and the replay state below

@@ -14,6 +14,7 @@
 #include "ir/text.h"
 #include "ir/verifier.h"
 #include "planner/liveness.h"
+#include "runtime/lt_gemm.h"
 #include "scm_object.h"
 
 namespace trident::bindings {
@@ -132,6 +133,19 @@ PyObject* py_bump_state_epoch(PyObject*, PyObject*) {
 
 PyObject* py_cache_dir(PyObject*, PyObject*) { return PyUnicode_FromString(codegen::cache_dir().c_str()); }
 
+// [(reason, sites)] for the cuBLASLt sites of this process that do not replay (lt_gemm.h).
+PyObject* py_cublaslt_replay_refusals(PyObject*, PyObject*) {
+  const auto refusals = runtime::replay_refusals();
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(refusals.size()));  // new ref
+  if (!list) return nullptr;
+  for (size_t i = 0; i < refusals.size(); ++i) {
+    PyObject* item = Py_BuildValue("(sL)", refusals[i].first.c_str(), (long long)refusals[i].second);  // new ref
+    if (!item) return Py_DECREF(list), nullptr;
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);  // steals item
+  }
+  return list;
+}
+
 PyMethodDef methods[] = {
     {"ir_print", py_ir_print, METH_O, "Parse host IR text and print it canonically."},
     {"ir_verify", py_ir_verify, METH_O, "Verify host IR text; returns it canonically or raises ValueError."},
@@ -143,6 +157,8 @@ PyMethodDef methods[] = {
      METH_FASTCALL | METH_KEYWORDS, "spec_rejects(spec_text, *args, **kwargs): '' or the first failing guard."},
     {"bump_state_epoch", py_bump_state_epoch, METH_NOARGS, "Module state may have been re-registered."},
     {"cache_dir", py_cache_dir, METH_NOARGS, "Where compiled modules are cached."},
+    {"cublaslt_replay_refusals", py_cublaslt_replay_refusals, METH_NOARGS,
+     "[(reason, sites)]: why cuBLASLt sites of this process do not replay their recorded launches."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "trident._C", "torch-trident native core", -1, methods};

@@ -22,6 +22,8 @@ def explain(compiled, *args, **kwargs) -> str:
              f"  generated source: {src or '(none yet)'}",
              f"  module: {so or '(none yet)'}",
              f"  state tensors: {len(c.state)}"]
+    for why, sites in _C.cublaslt_replay_refusals():  # process-wide: the sites of every compiled function
+        lines.append(f"  cuBLASLt sites not replaying ({sites} in this process): {why}")
     if args or kwargs:
         choice = scm.select(*args, **kwargs)
         lines.append(f"  these arguments select: {'spec %d' % choice if choice >= 0 else 'nothing (miss)'}")

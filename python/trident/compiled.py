@@ -38,7 +38,47 @@ def _function_module(fn, npos: int, kwnames: list[str]) -> torch.nn.Module:
     exec(f"def forward({sig}):\n    return self.fn({call})\n", ns)
     module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
     module.fn = fn
+    # Modules and parameters the function reaches through its closure or the globals it names: export
+    # lifts a parameter only under a name of the module it exports (a KeyError otherwise), so they
+    # become the wrapper's submodules and parameters.
+    for name, value in _reached_state(fn).items():
+        if isinstance(value, torch.nn.Parameter):
+            module.register_parameter(f"reached_{name}", value)
+        else:
+            module.add_module(f"reached_{name}", value)
     return module
+
+
+def _reached_state(fn) -> dict:
+    """{name: module or parameter} of fn's closure cells and of the globals its code names. Deeper
+    references (a helper fn calls that reads a global model) are not followed: their capture fails
+    with an error that names the parameter (_capture_hint)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return {}
+    found = {}
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:  # an empty cell: a name assigned after the function was made
+            pass
+    g = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        if name in g and name not in found:
+            found[name] = g[name]
+    return {k: v for k, v in found.items() if isinstance(v, (torch.nn.Module, torch.nn.Parameter))}
+
+
+def _capture_hint(e: Exception) -> str:
+    """What to do about a capture failure we can explain; empty otherwise."""
+    key = e.args[0] if isinstance(e, KeyError) and e.args else None
+    if isinstance(key, str) and key.startswith(("G_", "L_")):
+        # export's parameter table misses a parameter Dynamo met outside the exported module
+        return ("; a parameter or buffer was reached outside any module trident can see (Dynamo's name "
+                f"for it: {key}), e.g. through the globals or closure of a function the compiled function "
+                "calls: compile the module itself, or a method of it, or reach the module from the "
+                "compiled function's own globals or closure")
+    return ""
 
 
 class _Leaf:
@@ -126,6 +166,10 @@ class CompiledFunction:
     def __init__(self, fn, options: Options):
         self.fn = fn
         self.module = fn if isinstance(fn, torch.nn.Module) else None
+        # The module parameters and buffers are read from, by the names export gave them: the
+        # compiled module, or the wrapper of a plain function or bound method (_function_module),
+        # whose submodules are the modules the function reaches. Set at the first capture.
+        self._state_owner: torch.nn.Module | None = self.module
         self.options = options
         self.name = getattr(fn, "__qualname__", type(fn).__name__)
         target = fn.forward if self.module is not None else fn
@@ -299,6 +343,7 @@ class CompiledFunction:
         else:
             wrapper = _function_module(self.fn, len(ex_args), list(ex_kwargs))
             names = [f"a{i}" for i in range(len(ex_args))] + list(ex_kwargs)
+            self._state_owner = wrapper  # same submodule names at every capture
         dynamic_shapes = None
         if marks and names is not None:
             def spec(m):
@@ -334,7 +379,8 @@ class CompiledFunction:
         except Exception as e:  # capture failures name the construct; keep the original as cause
             raise UnsupportedError(
                 f"{self.name}: capture failed, so this call cannot be compiled: "
-                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                f"{_capture_hint(e)}") from e
         n_user = sum(1 for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT")
         if n_user != len(leaf_of_input):
             raise UnsupportedError(
@@ -346,7 +392,7 @@ class CompiledFunction:
 
     # ---- module state ----------------------------------------------------------------------
     def _state_index(self, ref: StateRef) -> int:
-        if ref.kind in ("parameter", "buffer") and self.module is not None:
+        if ref.kind in ("parameter", "buffer") and self._state_owner is not None:
             ref.tensor = self._read_state(ref)
             key = (ref.kind, ref.target)
         else:
@@ -359,8 +405,8 @@ class CompiledFunction:
 
     def _read_state(self, ref: StateRef) -> torch.Tensor:
         if ref.kind == "parameter":
-            return self.module.get_parameter(ref.target)
-        return self.module.get_buffer(ref.target)
+            return self._state_owner.get_parameter(ref.target)
+        return self._state_owner.get_buffer(ref.target)
 
     def _on_state_change(self):
         """Cold path: some module (re)registered state, or a captured tensor's metadata changed.
@@ -369,7 +415,7 @@ class CompiledFunction:
         with self.lock:
             invalid = False
             for ref in self.state:
-                if ref.kind not in ("parameter", "buffer") or self.module is None:
+                if ref.kind not in ("parameter", "buffer") or self._state_owner is None:
                     continue
                 try:
                     now = self._read_state(ref)

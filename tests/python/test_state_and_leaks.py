@@ -2,6 +2,7 @@
 nothing: reference counts of inputs and outputs are unchanged after many calls."""
 import sys
 
+import pytest
 import torch
 
 import trident
@@ -105,3 +106,51 @@ def test_module_built_inside_forward_does_not_break_capture():
             torch.testing.assert_close(fast(x), m(x))
     c = trident.counters(fast)
     assert (c["compiles"], c["fallbacks"], c["hits"]) == (1, 0, 2)
+
+
+# ---- plain functions reaching module state through their closure or globals ----------------------
+
+_GLOBAL_MLP = _mlp()
+_GLOBAL_WEIGHT = torch.nn.Parameter(torch.randn(4, 4), requires_grad=False)
+
+
+def _global_helper(x):
+    return _GLOBAL_MLP(x)
+
+
+def test_function_closing_over_a_module_follows_its_parameters():
+    m = _mlp()
+    fast = trident.compile(lambda x: m(x).relu())
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), m(x).relu())
+        m.load_state_dict({k: v + 1 for k, v in m.state_dict().items()})  # copies in place
+        torch.testing.assert_close(fast(x), m(x).relu())
+        m[0].weight = torch.nn.Parameter(torch.randn(16, 8))
+        torch.testing.assert_close(fast(x), m(x).relu())
+    assert trident.counters(fast)["fallbacks"] == 0
+
+
+def test_function_naming_a_global_module_and_a_global_parameter():
+    fast = trident.compile(lambda x: _GLOBAL_MLP(x) @ _GLOBAL_WEIGHT)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), _GLOBAL_MLP(x) @ _GLOBAL_WEIGHT)
+        _GLOBAL_WEIGHT.mul_(2)
+        torch.testing.assert_close(fast(x), _GLOBAL_MLP(x) @ _GLOBAL_WEIGHT)
+
+
+def test_state_reached_through_a_called_helper_is_a_clear_error():
+    fast = trident.compile(lambda x: _global_helper(x) * 2)
+    with torch.no_grad(), pytest.raises(trident.UnsupportedError, match="reached outside any module"):
+        fast(torch.randn(3, 8))
+
+
+def test_bound_method_follows_a_reassigned_parameter():
+    m = _mlp()
+    fast = trident.compile(m.forward)  # as the benchmarks compile model.decode_step
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), m(x))
+        m[2].weight = torch.nn.Parameter(torch.randn(4, 16))
+        torch.testing.assert_close(fast(x), m(x))

@@ -6,14 +6,13 @@ the device and on the host (GPU machine).
 For the decode step's GEMM shapes (bf16, out[M,N] = a[M,K] @ w[N,K]^T as PyTorch maps it onto
 cuBLASLt), lists up to 16 of cuBLASLt's heuristic candidates with: device µs per GEMM (a CUDA graph
 of 50 calls replayed between events, median of 7), host µs per call (the time to enqueue 200 calls,
-median of 5; the two were one figure, whichever was larger, before session 5), whether the result
-equals at::mm's bit for bit on
-three random inputs (random values, so a different summation order shows), and the workspace each
-needs. Candidate 0 is the heuristic's first choice, the one at::mm and trident's cuBLASLt sites run.
+median of 5; before session 5 the two were one figure, whichever was larger), whether the result
+equals at::mm's bit for bit on three random inputs (random values, so a different summation order
+shows), and the workspace each needs. Candidate 0 is the heuristic's first choice, the one at::mm
+and trident's cuBLASLt sites run.
 
-A diagnostic for one question: is there device or host time to gain at batch 1 without changing a
-single bit of the result (benchmarks/NOTES.md, session 4: the fixed-context target against torch.compile
-needs less device time than eager's own)? It is not part of the benchmark suite.
+A diagnostic for one question: is there device or host time to gain without changing a single bit
+of the result (benchmarks/NOTES.md, sessions 4 and 5)? It is not part of the benchmark suite.
 """
 import os
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import types
 import warnings
 
 import torch
@@ -49,24 +50,50 @@ def _function_module(fn, npos: int, kwnames: list[str]) -> torch.nn.Module:
     return module
 
 
+_HELPER_DEPTH = 4  # how many calls deep _reached_state follows the module's own helper functions
+
+
+def _global_names(code) -> set:
+    """The global names a code object reads, its nested code (comprehensions, inner lambdas) included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
 def _reached_state(fn) -> dict:
-    """{name: module or parameter} of fn's closure cells and of the globals its code names. Deeper
-    references (a helper fn calls that reads a global model) are not followed: their capture fails
-    with an error that names the parameter (_capture_hint)."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return {}
-    found = {}
-    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            found[name] = cell.cell_contents
-        except ValueError:  # an empty cell: a name assigned after the function was made
-            pass
-    g = getattr(fn, "__globals__", {})
-    for name in code.co_names:
-        if name in g and name not in found:
-            found[name] = g[name]
-    return {k: v for k, v in found.items() if isinstance(v, (torch.nn.Module, torch.nn.Parameter))}
+    """{name: module or parameter} that fn reaches through its closure cells and the globals its code
+    names, and, the same way, through the plain functions of fn's own Python module that it names
+    (its helpers), up to _HELPER_DEPTH calls deep. Functions of other modules (libraries) are not
+    followed; state reached only there makes capture fail with an error saying so (_capture_hint)."""
+    found: dict = {}
+    seen: set = set()
+
+    def visit(f, prefix: str, depth: int):
+        code = getattr(f, "__code__", None)
+        if code is None or id(f) in seen:
+            return
+        seen.add(id(f))
+        values = {}
+        for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
+            try:
+                values[name] = cell.cell_contents
+            except ValueError:  # an empty cell: a name assigned after the function was made
+                pass
+        g = getattr(f, "__globals__", {})
+        for name in sorted(_global_names(code)):
+            if name in g and name not in values:
+                values[name] = g[name]
+        for name, v in values.items():
+            if isinstance(v, (torch.nn.Module, torch.nn.Parameter)):
+                found.setdefault(prefix + name, v)
+            elif (isinstance(v, types.FunctionType) and depth < _HELPER_DEPTH
+                  and v.__module__ == getattr(fn, "__module__", None)):
+                visit(v, f"{prefix}{name}_", depth + 1)
+
+    visit(fn, "", 0)
+    return found
 
 
 def _capture_hint(e: Exception) -> str:
@@ -75,9 +102,9 @@ def _capture_hint(e: Exception) -> str:
     if isinstance(key, str) and key.startswith(("G_", "L_")):
         # export's parameter table misses a parameter Dynamo met outside the exported module
         return ("; a parameter or buffer was reached outside any module trident can see (Dynamo's name "
-                f"for it: {key}), e.g. through the globals or closure of a function the compiled function "
-                "calls: compile the module itself, or a method of it, or reach the module from the "
-                "compiled function's own globals or closure")
+                f"for it: {key}), e.g. through a function of another Python module that the compiled "
+                "function calls: compile the module itself, or a method of it, or reach the module from "
+                "the compiled function's own globals or closure or its helpers in the same file")
     return ""
 
 

@@ -1,6 +1,7 @@
 """Captured module state (parameters, buffers) follows the module as eager does, and hits leak
 nothing: reference counts of inputs and outputs are unchanged after many calls."""
 import sys
+import types
 
 import pytest
 import torch
@@ -140,8 +141,22 @@ def test_function_naming_a_global_module_and_a_global_parameter():
         torch.testing.assert_close(fast(x), _GLOBAL_MLP(x) @ _GLOBAL_WEIGHT)
 
 
-def test_state_reached_through_a_called_helper_is_a_clear_error():
+def test_state_reached_through_a_helper_of_the_same_file_is_followed():
     fast = trident.compile(lambda x: _global_helper(x) * 2)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), _GLOBAL_MLP(x) * 2)
+        _GLOBAL_MLP[0].weight = torch.nn.Parameter(torch.randn(16, 8))
+        torch.testing.assert_close(fast(x), _GLOBAL_MLP(x) * 2)
+
+
+def test_state_reached_only_in_another_python_module_is_a_clear_error(monkeypatch):
+    library = types.ModuleType("some_library")  # a function of another module, reading its own global
+    monkeypatch.setitem(sys.modules, "some_library", library)
+    library.model = _mlp()
+    exec("def library_step(x):\n    return model(x)\n", library.__dict__)
+    library_step = library.library_step
+    fast = trident.compile(lambda x: library_step(x) * 2)
     with torch.no_grad(), pytest.raises(trident.UnsupportedError, match="reached outside any module"):
         fast(torch.randn(3, 8))
 

@@ -183,6 +183,29 @@ def silu_mul_ref(gate_up):
 # ---- decode attention: one query token over the KV cache --------------------------------------
 
 @triton.jit
+def _attend(q, k_base, v_base, d, lo, hi, stride_ks, stride_vs, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Online softmax of q (fp32, scaled) over context positions [lo, hi) in blocks of BLOCK_N:
+    the unnormalized fp32 accumulator, the running max (-inf when the range is empty) and the
+    running sum of exponentials."""
+    m_i = tl.full((), float("-inf"), tl.float32)
+    l_i = tl.full((), 0.0, tl.float32)
+    acc = tl.zeros((HEAD_DIM,), tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        mask = n < hi
+        k = tl.load(k_base + n[:, None] * stride_ks + d[None, :], mask=mask[:, None], other=0.0)
+        s = tl.where(mask, tl.sum(k.to(tl.float32) * q[None, :], axis=1), float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=0).to(tl.float32))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new)
+        v = tl.load(v_base + n[:, None] * stride_vs + d[None, :], mask=mask[:, None], other=0.0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
 def decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ctx_len, scale, n_heads,
                             stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
                             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -194,21 +217,7 @@ def decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ctx_len, scale, n_heads,
     q = tl.load(q_ptr + pid * HEAD_DIM + d).to(tl.float32) * scale.to(tl.float32)
     k_base = k_ptr + b * stride_kb + h * stride_kh
     v_base = v_ptr + b * stride_vb + h * stride_vh
-    m_i = tl.full((), float("-inf"), tl.float32)   # running max
-    l_i = tl.full((), 0.0, tl.float32)             # running sum of exp
-    acc = tl.zeros((HEAD_DIM,), tl.float32)
-    for start in range(0, ctx_len, BLOCK_N):       # online softmax over blocks of the context
-        n = start + tl.arange(0, BLOCK_N)
-        mask = n < ctx_len
-        k = tl.load(k_base + n[:, None] * stride_ks + d[None, :], mask=mask[:, None], other=0.0)
-        s = tl.where(mask, tl.sum(k.to(tl.float32) * q[None, :], axis=1), float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=0).to(tl.float32))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new)
-        v = tl.load(v_base + n[:, None] * stride_vs + d[None, :], mask=mask[:, None], other=0.0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
-        l_i = l_i * alpha + tl.sum(p, axis=0)
-        m_i = m_new
+    acc, m_i, l_i = _attend(q, k_base, v_base, d, 0, ctx_len, stride_ks, stride_vs, BLOCK_N, HEAD_DIM)
     tl.store(o_ptr + pid * HEAD_DIM + d, (acc / l_i).to(o_ptr.dtype.element_ty))
 
 
@@ -267,21 +276,7 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, ml_ptr, ctx_len,
     chunk = tl.cdiv(tl.cdiv(ctx_len, BLOCK_N), N_SPLITS) * BLOCK_N
     lo = split * chunk
     hi = tl.minimum(lo + chunk, ctx_len)
-    m_i = tl.full((), float("-inf"), tl.float32)
-    l_i = tl.full((), 0.0, tl.float32)
-    acc = tl.zeros((HEAD_DIM,), tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        mask = n < hi
-        k = tl.load(k_base + n[:, None] * stride_ks + d[None, :], mask=mask[:, None], other=0.0)
-        s = tl.where(mask, tl.sum(k.to(tl.float32) * q[None, :], axis=1), float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=0).to(tl.float32))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new)
-        v = tl.load(v_base + n[:, None] * stride_vs + d[None, :], mask=mask[:, None], other=0.0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
-        l_i = l_i * alpha + tl.sum(p, axis=0)
-        m_i = m_new
+    acc, m_i, l_i = _attend(q, k_base, v_base, d, lo, hi, stride_ks, stride_vs, BLOCK_N, HEAD_DIM)
     part = pid * N_SPLITS + split
     tl.store(acc_ptr + part * HEAD_DIM + d, acc)
     tl.store(ml_ptr + part * 2, m_i)

@@ -7,17 +7,24 @@ import triton.language as tl
 
 
 @triton.jit
-def strided_copy(dst, src, n, s1, s2, s3, d0, d1, d2, d3, r0, r1, r2, r3, BLOCK: tl.constexpr):
-    """dst[i] = src[i] over the index space [n / (s1 s2 s3), s1, s2, s3]; d* and r* are the element
-    strides of dst and src. Same dtype on both sides: a bit-exact copy."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
+def _index4(offs, s1, s2, s3):
+    """The 4-D index [_, s1, s2, s3] (row-major) of flat offsets."""
     i3 = offs % s3
     t = offs // s3
     i2 = t % s2
     t = t // s2
     i1 = t % s1
     i0 = t // s1
+    return i0, i1, i2, i3
+
+
+@triton.jit
+def strided_copy(dst, src, n, s1, s2, s3, d0, d1, d2, d3, r0, r1, r2, r3, BLOCK: tl.constexpr):
+    """dst[i] = src[i] over the index space [n / (s1 s2 s3), s1, s2, s3]; d* and r* are the element
+    strides of dst and src. Same dtype on both sides: a bit-exact copy."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    i0, i1, i2, i3 = _index4(offs, s1, s2, s3)
     v = tl.load(src + i0 * r0 + i1 * r1 + i2 * r2 + i3 * r3, mask=m)
     tl.store(dst + i0 * d0 + i1 * d1 + i2 * d2 + i3 * d3, v, mask=m)
 
@@ -29,12 +36,7 @@ def strided_copy_pair(dst0, src0, dst1, src1, n, s1, s2, s3, d0, d1, d2, d3, r0,
     and of v): program_id(1) 0 copies src0 (strides r*) to dst0 (d*), 1 src1 (q*) to dst1 (e*)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
-    i3 = offs % s3
-    t = offs // s3
-    i2 = t % s2
-    t = t // s2
-    i1 = t % s1
-    i0 = t // s1
+    i0, i1, i2, i3 = _index4(offs, s1, s2, s3)
     if tl.program_id(1) == 0:
         v = tl.load(src0 + i0 * r0 + i1 * r1 + i2 * r2 + i3 * r3, mask=m)
         tl.store(dst0 + i0 * d0 + i1 * d1 + i2 * d2 + i3 * d3, v, mask=m)

@@ -120,7 +120,8 @@ int count_structure_leaves(const std::string& st) {
   int n = 0;
   for (size_t k = 0; k < st.size(); ++k) {
     char c = st[k];
-    if (c == ';') {  // keyword name: skip to '='
+    // A name follows ';' (keyword) and '{' or ',' (dict key) unless the dict is empty: skip to '='.
+    if (c == ';' || ((c == '{' || c == ',') && k + 1 < st.size() && st[k + 1] != '}')) {
       while (k < st.size() && st[k] != '=') ++k;
       continue;
     }

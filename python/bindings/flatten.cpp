@@ -58,6 +58,26 @@ bool add(PyObject* obj, FlatArgs& out, int depth) {
     }
     out.structure += tuple ? ')' : ']';
     return true;
+  } else if (PyDict_CheckExact(obj) && depth < kMaxDepth) {
+    out.structure += '{';
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;  // borrowed
+    for (bool first = true; PyDict_Next(obj, &pos, &key, &value); first = false) {
+      // Identifier keys only, so that the structure string stays unambiguous; insertion order, as
+      // pytree (and so export) flattens a dict.
+      const char* name = PyUnicode_CheckExact(key) && PyUnicode_IsIdentifier(key) ? PyUnicode_AsUTF8(key) : nullptr;
+      if (!name) {
+        PyErr_Clear();
+        out.unsupported = "a dict whose keys are not all identifier strings is not supported natively";
+        return false;
+      }
+      if (!first) out.structure += ',';
+      out.structure += name;
+      out.structure += '=';
+      if (!add(value, out, depth + 1)) return false;
+    }
+    out.structure += '}';
+    return true;
   } else {
     out.unsupported = std::string(Py_TYPE(obj)->tp_name) + " is not supported natively";
     return false;

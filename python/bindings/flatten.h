@@ -2,13 +2,16 @@
 //
 // Structure string (what guards compare first, byte for byte):
 //   leaf codes   T tensor, i int, b bool, f float, n None
-//   containers   (...) tuple, [...] list, nested freely
+//   containers   (...) tuple, [...] list, {k=...,k=...} dict with identifier string keys (in
+//                insertion order, as pytree flattens it), nested freely
 //   keywords     after the positional part, each as ";name=" then its value's code
-// e.g. f(x, (y, z), 3, scale=0.5) -> "T(TT)i;scale=f". The same string is computed for the Python
-// capture path through describe_args(), so the compiled guards and the hot path cannot disagree.
+// e.g. f(x, (y, z), 3, {"k": k}, scale=0.5) -> "T(TT)i{k=T};scale=f". The same string is computed for
+// the Python capture path through describe_args(), so the compiled guards and the hot path cannot
+// disagree.
 //
-// Anything else (dicts, strings, tensor subclasses, dtypes, ...) makes flatten fail with the path of
-// the offending argument; the call then takes the Python miss path, which decides what to do.
+// Anything else (strings, dict subclasses or other keys, tensor subclasses, dtypes, ...) makes
+// flatten fail with the path of the offending argument; the call then takes the Python miss path,
+// which decides what to do.
 #pragma once
 
 #include <Python.h>

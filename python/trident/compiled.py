@@ -117,13 +117,15 @@ class _Leaf:
 
 def _mark_leaves(args: tuple, kwargs: dict):
     """Replace every leaf by a _Leaf, in the order the native flattener numbers them
-    (positional arguments, then keyword arguments in call order; tuples and lists recursively).
-    Also returns the leaf objects themselves in that order."""
+    (positional arguments, then keyword arguments in call order; tuples, lists and dicts
+    recursively, dicts in insertion order). Also returns the leaf objects themselves in that order."""
     values: list = []
 
     def mark(x):
         if type(x) in (tuple, list):
             return type(x)(mark(v) for v in x)
+        if type(x) is dict:
+            return {k: mark(v) for k, v in x.items()}
         values.append(x)
         return _Leaf(len(values) - 1)
 
@@ -133,8 +135,8 @@ def _mark_leaves(args: tuple, kwargs: dict):
 
 
 def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
-    """A readable name per leaf, in _mark_leaves order: the parameter name, indexed into tuples and
-    lists (`caches[3][0]`)."""
+    """A readable name per leaf, in _mark_leaves order: the parameter name, indexed into tuples,
+    lists and dicts (`caches[3][0]`, `batch['ids']`)."""
     params = []
     for name, p in (signature.parameters.items() if signature is not None else ()):
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
@@ -146,6 +148,9 @@ def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
         if type(x) in (tuple, list):
             for i, v in enumerate(x):
                 walk(v, f"{name}[{i}]")
+        elif type(x) is dict:
+            for k, v in x.items():
+                walk(v, f"{name}[{k!r}]")
         else:
             names.append(name)
 
@@ -382,6 +387,8 @@ class CompiledFunction:
                     return dims or None
                 if isinstance(m, (tuple, list)):
                     return type(m)(spec(x) for x in m)
+                if isinstance(m, dict):
+                    return {k: spec(v) for k, v in m.items()}
                 return None
             dynamic_shapes = dict(zip(names, [spec(m) for m in list(m_args) + list(m_kwargs.values())]))
         key = capture_key(structure, leaves, marks, torch.is_grad_enabled())

@@ -261,11 +261,18 @@ def _module_for_profile():
         return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).eval()
 
 
-@pytest.mark.parametrize("kind", ["function", "module"])
+def _fn_of_dict_for_profile(x, params):
+    return _fn_for_profile(x, params["w"], params["b"])
+
+
+@pytest.mark.parametrize("kind", ["function", "module", "dict argument"])
 def test_hit_runs_no_python_frames(kind):
     if kind == "function":
         fn = _fn_for_profile
         make_args = lambda s: (randn(4, 16, seed=s), randn(16, 8, seed=s + 1), randn(8, seed=s + 2))  # noqa: E731
+    elif kind == "dict argument":
+        fn = _fn_of_dict_for_profile
+        make_args = lambda s: (randn(4, 16, seed=s), {"w": randn(16, 8, seed=s + 1), "b": randn(8, seed=s + 2)})  # noqa: E731
     else:
         fn = _module_for_profile()
         make_args = lambda s: (randn(4, 16, seed=s),)  # noqa: E731

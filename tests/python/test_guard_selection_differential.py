@@ -62,6 +62,9 @@ TEMPLATES = [
     ("iiT", lambda l: (([l[0], l[1], l[2]],), {})),
     ("TTTi", lambda l: ((l[0], l[1], l[2], l[3]), {})),
     ("", lambda l: ((), {})),
+    # dicts, with keys made of leaf-code letters (a key is not a leaf) and an empty dict
+    ("TiT", lambda l: ((l[0], {"Tb": l[1], "nif": [l[2]]}), {})),
+    ("Tf", lambda l: (({"T": l[0], "e": {}},), {"f": {"b": l[1]}})),
 ]
 
 
@@ -532,6 +535,21 @@ def test_regression_keyword_names_keep_structure_unambiguous():
     assert _C.describe_args(1, **{"x=T;": 2})[0] is None
     assert _C.describe_args(1, x=torch.zeros(1), **{"": 2})[0] is None
     assert _C.describe_args(1, x=torch.zeros(1))[0] == "i;x=T"
+
+
+def test_regression_dict_keys_keep_structure_unambiguous():
+    """Dict keys must be identifier strings (so ',', '=', '}' never appear in a key); other dicts are
+    not described natively. Keys are in insertion order, as pytree flattens them."""
+    t = torch.zeros(1)
+    assert _C.describe_args({"a": t, "b": (1, {})}, k={"n": None})[0] == "{a=T,b=(i{})};k={n=n}"
+    assert _C.describe_args({"b": 1, "a": t})[0] == "{b=i,a=T}"
+    for bad in ({1: t}, {"a,b=T": t}, {"": t}):
+        assert _C.describe_args(bad)[0] is None
+    from collections import OrderedDict
+    assert _C.describe_args(OrderedDict(a=t))[0] is None  # a subclass: its own flattening rules
+    # the leaf count the decision program checks skips dict keys that look like leaf codes
+    scm = _scm(("{Tif=T,n={}}", []))
+    assert scm.select({"Tif": t, "n": {}}) == 0 and scm.select({"Tif": t, "n": {"x": 1}}) == -1
 
 
 def _survives(scm, *args) -> bool:

@@ -115,22 +115,29 @@ class _Leaf:
         self.index = index
 
 
+def _map_arg_tree(x, fn, path: str):
+    """Rebuild x with fn(leaf, path) for each leaf, descending exactly the containers the native
+    flattener descends (python/bindings/flatten.h: tuples, lists and dicts, exact types, dicts in
+    insertion order), in its order. path names the leaf (`caches[3][0]`, `batch['ids']`)."""
+    if type(x) in (tuple, list):
+        return type(x)(_map_arg_tree(v, fn, f"{path}[{i}]") for i, v in enumerate(x))
+    if type(x) is dict:
+        return {k: _map_arg_tree(v, fn, f"{path}[{k!r}]") for k, v in x.items()}
+    return fn(x, path)
+
+
 def _mark_leaves(args: tuple, kwargs: dict):
     """Replace every leaf by a _Leaf, in the order the native flattener numbers them
-    (positional arguments, then keyword arguments in call order; tuples, lists and dicts
-    recursively, dicts in insertion order). Also returns the leaf objects themselves in that order."""
+    (positional arguments, then keyword arguments in call order; containers as _map_arg_tree).
+    Also returns the leaf objects themselves in that order."""
     values: list = []
 
-    def mark(x):
-        if type(x) in (tuple, list):
-            return type(x)(mark(v) for v in x)
-        if type(x) is dict:
-            return {k: mark(v) for k, v in x.items()}
+    def mark(x, _path):
         values.append(x)
         return _Leaf(len(values) - 1)
 
-    margs = tuple(mark(a) for a in args)
-    mkwargs = {k: mark(v) for k, v in kwargs.items()}
+    margs = tuple(_map_arg_tree(a, mark, "") for a in args)
+    mkwargs = {k: _map_arg_tree(v, mark, "") for k, v in kwargs.items()}
     return margs, mkwargs, values
 
 
@@ -143,21 +150,10 @@ def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
             break
         params.append(name)
     names: list[str] = []
-
-    def walk(x, name):
-        if type(x) in (tuple, list):
-            for i, v in enumerate(x):
-                walk(v, f"{name}[{i}]")
-        elif type(x) is dict:
-            for k, v in x.items():
-                walk(v, f"{name}[{k!r}]")
-        else:
-            names.append(name)
-
     for k, a in enumerate(args):
-        walk(a, params[k] if k < len(params) else f"args[{k}]")
+        _map_arg_tree(a, lambda _x, path: names.append(path), params[k] if k < len(params) else f"args[{k}]")
     for k, v in kwargs.items():
-        walk(v, k)
+        _map_arg_tree(v, lambda _x, path: names.append(path), k)
     return names
 
 
@@ -378,19 +374,14 @@ class CompiledFunction:
             self._state_owner = wrapper  # same submodule names at every capture
         dynamic_shapes = None
         if marks and names is not None:
-            def spec(m):
-                if isinstance(m, _Leaf):
-                    dims = {d: _compat.dim_auto() for (kind, leaf, *rest) in marks
-                            for d in rest if kind == "size" and leaf == m.index}
-                    if ("int", m.index) in marks:
-                        return _compat.dim_auto()
-                    return dims or None
-                if isinstance(m, (tuple, list)):
-                    return type(m)(spec(x) for x in m)
-                if isinstance(m, dict):
-                    return {k: spec(v) for k, v in m.items()}
-                return None
-            dynamic_shapes = dict(zip(names, [spec(m) for m in list(m_args) + list(m_kwargs.values())]))
+            def leaf_spec(m, _path):
+                dims = {d: _compat.dim_auto() for (kind, leaf, *rest) in marks
+                        for d in rest if kind == "size" and leaf == m.index}
+                if ("int", m.index) in marks:
+                    return _compat.dim_auto()
+                return dims or None
+            dynamic_shapes = dict(zip(names, [_map_arg_tree(m, leaf_spec, "")
+                                              for m in list(m_args) + list(m_kwargs.values())]))
         key = capture_key(structure, leaves, marks, torch.is_grad_enabled())
 
         def lowered_from(program):

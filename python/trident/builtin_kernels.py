@@ -54,3 +54,14 @@ def add_contiguous(a, b, out, n, BLOCK: tl.constexpr):
     x = tl.load(a + offs, mask=m).to(tl.float32)
     y = tl.load(b + offs, mask=m).to(tl.float32)
     tl.store(out + offs, (x + y).to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def add_scalar(a, s, out, n, BLOCK: tl.constexpr):
+    """out = a + s for a contiguous fp16/bf16/fp32 tensor of n elements and a number s already
+    rounded to that dtype and passed as fp32 (builtin_lower._as_tensor_dtype), computed in fp32 and
+    rounded to nearest even: ATen's add of a tensor and a Python number with alpha 1."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(a + offs, mask=m).to(tl.float32)
+    tl.store(out + offs, (x + s).to(out.dtype.element_ty), mask=m)

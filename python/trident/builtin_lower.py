@@ -1,7 +1,7 @@
 """ATen ops lowered to trident's own Triton kernels (builtin_kernels.py) and launched natively, when
 the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
-writes of a KV cache), and `a + b` of two contiguous same-shape fp16/bf16/fp32 tensors with alpha 1
-(a residual add). Everything else, and every case with a symbolic size or stride, stays an ATen call.
+writes of a KV cache), `a + b` of two contiguous same-shape fp16/bf16/fp32 tensors with alpha 1
+(a residual add), and `a + c` of such a tensor and a Python number (`x + 1`). Everything else, and every case with a symbolic size or stride, stays an ATen call.
 
 Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tensors), off, or all (any
 device; the launch then fails on CPU tensors, which is how CPU tests check the lowering without a GPU)."""
@@ -19,6 +19,7 @@ from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 BLOCK = 1024
 _INT32_MAX = 2 ** 31 - 1
 _ADD_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_EXACT_IN_DOUBLE = 2 ** 53  # ints up to this become the same fp32 through double as ATen's int64 -> float
 
 
 def _eligible_device(fake) -> bool:
@@ -165,6 +166,8 @@ def add(lw, node: fx.Node) -> bool:
     if node.kwargs.get("alpha", 1) != 1 or set(node.kwargs) - {"alpha"}:
         return False
     a, b = node.args
+    if isinstance(a, fx.Node) and type(b) in (int, float):
+        return _add_scalar(lw, node, a, b)
     if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
         return False
     fa, fb, out = a.meta.get("val"), b.meta.get("val"), node.meta.get("val")
@@ -174,10 +177,7 @@ def add(lw, node: fx.Node) -> bool:
             and list(fa.shape) == list(fb.shape) == list(out.shape)
             and fa.is_contiguous() and fb.is_contiguous() and out.is_contiguous()):
         return False
-    res = lw.value()
-    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
-                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
-    lw.ops.append("aten::empty.memory_format")
+    res = _empty_like_out(lw, node, out)
     _launch(lw, node, builtin_kernels.add_contiguous,
             {"a": (lazy_views.launch_operand(lw, node, a), fa), "b": (lazy_views.launch_operand(lw, node, b), fb),
              "out": (res, out)},
@@ -185,3 +185,40 @@ def add(lw, node: fx.Node) -> bool:
     lw.env[node] = res
     lw.value_fakes[res] = out
     return True
+
+
+def _add_scalar(lw, node: fx.Node, a: fx.Node, c) -> bool:
+    """`a + c` for a Python number c (not a bool: type() excludes it; not symbolic: a traced int is a
+    node), when a is a plain contiguous fp16/bf16/fp32 tensor and the result keeps its dtype."""
+    fa, out = a.meta.get("val"), node.meta.get("val")
+    if not (_plain(fa) and _plain(out) and _eligible_device(out)):
+        return False
+    if not (fa.dtype == out.dtype and fa.dtype in _ADD_DTYPES and list(fa.shape) == list(out.shape)
+            and fa.is_contiguous() and out.is_contiguous()):
+        return False
+    if isinstance(c, int) and abs(c) > _EXACT_IN_DOUBLE:
+        return False
+    res = _empty_like_out(lw, node, out)
+    _launch(lw, node, builtin_kernels.add_scalar,
+            {"a": (lazy_views.launch_operand(lw, node, a), fa), "out": (res, out)},
+            {"s": _as_tensor_dtype(c, out.dtype), "n": out.numel(), "BLOCK": BLOCK}, out.numel())
+    lw.env[node] = res
+    lw.value_fakes[res] = out
+    return True
+
+
+def _as_tensor_dtype(c, dtype) -> float:
+    """The number ATen adds: TensorIterator converts the wrapped scalar (an int64 or double 0-dim
+    tensor) to the tensor's dtype before the kernel reads it back in fp32, so 0.3 added to bf16 is
+    bf16(0.3). Converted here by the same ATen copy; the result is exact in fp32."""
+    wrapped = torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64)
+    return float(wrapped.to(dtype).item())
+
+
+def _empty_like_out(lw, node: fx.Node, out) -> str:
+    """Allocate the add's result (contiguous, out's dtype and device) and return its value."""
+    res = lw.value()
+    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
+                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
+    lw.ops.append("aten::empty.memory_format")
+    return res

@@ -73,6 +73,32 @@ def test_adds_that_are_not_exactly_the_kernel_stay_aten(fn, args):
     assert "aten::add.Tensor" in text and "add_contiguous" not in text, text
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("c, literal", [(1, "1.0"), (-0.5, "-0.5")])  # both exact in every dtype
+def test_adding_a_number_is_an_allocation_and_a_native_launch(dtype, c, literal):
+    x = torch.randn(3, 700, dtype=dtype)
+    text = lowered_text(lambda x: x + c, x)
+    assert "aten::add" not in text and "add_scalar" in text, text
+    assert re.search(rf"launch 0 grid\(3, 1, 1\) \(%0, {re.escape(literal)}, %\d+, 2100\)", text), text
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x: torch.add(x, 1, alpha=2), (torch.randn(8, 16),)),                  # alpha
+    (lambda x: x + 1, (torch.randint(0, 9, (8, 16)),)),                            # integer tensor
+    (lambda x: x + 0.5, (torch.randn(16, 8).t(),)),                                # layout
+    (lambda x: x + True, (torch.randn(8, 16),)),                                   # bool
+    (lambda x: x + 2 ** 60, (torch.randn(8, 16),)),                                # int beyond double
+])
+def test_number_adds_that_are_not_exactly_the_kernel_stay_aten(fn, args):
+    text = lowered_text(fn, *args)
+    assert "aten::add" in text and "add_scalar" not in text, text
+
+
+def test_the_number_is_rounded_to_the_tensor_dtype_as_aten_does():
+    text = lowered_text(lambda x: x + 0.3, torch.randn(4, 8, dtype=torch.bfloat16))
+    assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, 0\.30078125, %\d+, 32\)", text), text
+
+
 def cast_write(cache, k, pos: int):
     cache[:, pos:pos + 1] = k  # fp32 into bf16: a conversion, not a copy
     return cache.sum()
@@ -185,6 +211,10 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
             out = torch.empty_like(a)
             bk.add_contiguous[(3,)](a, b, out, 2100, BLOCK=1024)
             assert torch.equal(out, a + b), dtype
+            for c in (1, -0.3, 1e-3, 3 * 2 ** 20 + 1):
+                s = float(torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64).to(dtype))
+                bk.add_scalar[(3,)](a, s, out, 2100, BLOCK=1024)
+                assert torch.equal(out, a + c), (dtype, c)
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")

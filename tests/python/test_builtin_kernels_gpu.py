@@ -1,4 +1,4 @@
-"""trident's own copy and add kernels (builtin_lower.py) on the GPU machine (pytest -m gpu): every
+"""trident's own copy and add kernels (builtin_lower.py: a + b and a + number) on the GPU machine (pytest -m gpu): every
 result equal to eager's bit for bit, and the ATen ops they replace gone from the host program."""
 import pytest
 import torch
@@ -28,6 +28,18 @@ def test_add_matches_eager_bit_for_bit(dtype, shape):
         y = torch.randn(shape, device="cuda", generator=g).to(dtype)
         assert torch.equal(fast(x, y), x + y)
     assert "add_contiguous" in trident.explain(fast, x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("c", [1, -0.3, 1e-3, 3 * 2 ** 20 + 1])
+def test_adding_a_number_matches_eager_bit_for_bit(dtype, c):
+    require_cuda()
+    fast = trident.compile(lambda x: x + c)
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = (torch.randn(3, 1000, device="cuda", generator=g) * 100).to(dtype)
+        assert torch.equal(fast(x), x + c)
+    assert "add_scalar" in trident.explain(fast, x)
 
 
 def kv_write(k_cache, v_cache, qkv, pos: int, nh: int, hd: int):

@@ -1,7 +1,7 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
-set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy and a
-same-shape add. builtin_lower.py sends them only the cases where they compute exactly what the ATen
-op computes (see there)."""
+set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy, a
+same-shape add, adding a number, and relu. builtin_lower.py sends them only the cases where they
+compute exactly what the ATen op computes (see there)."""
 import triton
 import triton.language as tl
 
@@ -65,3 +65,16 @@ def add_scalar(a, s, out, n, BLOCK: tl.constexpr):
     m = offs < n
     x = tl.load(a + offs, mask=m).to(tl.float32)
     tl.store(out + offs, (x + s).to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def relu(a, out, n, BLOCK: tl.constexpr):
+    """out = relu(a) for a contiguous fp16/bf16/fp32 tensor of n elements, as ATen's CUDA relu
+    (clamp_min(a, 0)) computes it: a NaN comes back as it went in, payload and sign kept; any other
+    value is max(float(a), 0.0) by the device's fp32 max, which returns one of its inputs, so the
+    conversion back is exact."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(a + offs, mask=m)
+    y = tl.maximum(x.to(tl.float32), 0.0).to(x.dtype)
+    tl.store(out + offs, tl.where(x != x, x, y), mask=m)

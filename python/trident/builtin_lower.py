@@ -1,7 +1,8 @@
 """ATen ops lowered to trident's own Triton kernels (builtin_kernels.py) and launched natively, when
 the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
-writes of a KV cache), `a + b` of two contiguous same-shape fp16/bf16/fp32 tensors with alpha 1
-(a residual add), and `a + c` of such a tensor and a Python number (`x + 1`). Everything else, and every case with a symbolic size or stride, stays an ATen call.
+writes of a KV cache), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape with alpha 1 (a
+residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`. Everything else, and every case
+with a symbolic size or stride, stays an ATen call.
 
 Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tensors), off, or all (any
 device; the launch then fails on CPU tensors, which is how CPU tests check the lowering without a GPU)."""
@@ -18,7 +19,7 @@ from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 
 BLOCK = 1024
 _INT32_MAX = 2 ** 31 - 1
-_ADD_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _EXACT_IN_DOUBLE = 2 ** 53  # ints up to this become the same fp32 through double as ATen's int64 -> float
 
 
@@ -159,49 +160,54 @@ def holds_across(node: fx.Node, inplace) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and lazy_views.qualified(node.target) in lazy_views.VIEW_OPS
 
 
-def add(lw, node: fx.Node) -> bool:
-    """`aten::add.Tensor(a, b)` as an allocation and a native launch; False when ATen must run it."""
-    if node.target is not torch.ops.aten.add.Tensor or len(node.args) != 2:
-        return False
-    if node.kwargs.get("alpha", 1) != 1 or set(node.kwargs) - {"alpha"}:
+def elementwise(lw, node: fx.Node) -> bool:
+    """An ATen elementwise op as an allocation and a native launch of a builtin kernel, when the
+    kernel computes exactly what ATen does: `add.Tensor` (a + b, a + number) and `relu`. False when
+    ATen must run it (nothing emitted)."""
+    if node.target is torch.ops.aten.add.Tensor:
+        return _add(lw, node)
+    if node.target is torch.ops.aten.relu.default and len(node.args) == 1 and not node.kwargs:
+        a = node.args[0]
+        return isinstance(a, fx.Node) and _same_layout(a.meta.get("val"), node.meta.get("val")) and _emit(
+            lw, node, builtin_kernels.relu, {"a": a}, {})
+    return False
+
+
+def _add(lw, node: fx.Node) -> bool:
+    if len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1 or set(node.kwargs) - {"alpha"}:
         return False
     a, b = node.args
-    if isinstance(a, fx.Node) and type(b) in (int, float):
-        return _add_scalar(lw, node, a, b)
-    if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
+    if not isinstance(a, fx.Node):
         return False
-    fa, fb, out = a.meta.get("val"), b.meta.get("val"), node.meta.get("val")
-    if not all(_plain(f) for f in (fa, fb, out)) or not _eligible_device(out):
+    out = node.meta.get("val")
+    if type(b) in (int, float):  # not a bool (type() excludes it), not symbolic (a traced int is a node)
+        if not _same_layout(a.meta.get("val"), out) or (isinstance(b, int) and abs(b) > _EXACT_IN_DOUBLE):
+            return False
+        return _emit(lw, node, builtin_kernels.add_scalar, {"a": a}, {"s": _as_tensor_dtype(b, out.dtype)})
+    if not (isinstance(b, fx.Node) and _same_layout(a.meta.get("val"), out) and _same_layout(b.meta.get("val"), out)):
         return False
-    if not (fa.dtype == fb.dtype == out.dtype and fa.dtype in _ADD_DTYPES and fa.device == fb.device == out.device
-            and list(fa.shape) == list(fb.shape) == list(out.shape)
-            and fa.is_contiguous() and fb.is_contiguous() and out.is_contiguous()):
-        return False
-    res = _empty_like_out(lw, node, out)
-    _launch(lw, node, builtin_kernels.add_contiguous,
-            {"a": (lazy_views.launch_operand(lw, node, a), fa), "b": (lazy_views.launch_operand(lw, node, b), fb),
-             "out": (res, out)},
-            {"n": out.numel(), "BLOCK": BLOCK}, out.numel())
-    lw.env[node] = res
-    lw.value_fakes[res] = out
-    return True
+    return _emit(lw, node, builtin_kernels.add_contiguous, {"a": a, "b": b}, {})
 
 
-def _add_scalar(lw, node: fx.Node, a: fx.Node, c) -> bool:
-    """`a + c` for a Python number c (not a bool: type() excludes it; not symbolic: a traced int is a
-    node), when a is a plain contiguous fp16/bf16/fp32 tensor and the result keeps its dtype."""
-    fa, out = a.meta.get("val"), node.meta.get("val")
-    if not (_plain(fa) and _plain(out) and _eligible_device(out)):
-        return False
-    if not (fa.dtype == out.dtype and fa.dtype in _ADD_DTYPES and list(fa.shape) == list(out.shape)
-            and fa.is_contiguous() and out.is_contiguous()):
-        return False
-    if isinstance(c, int) and abs(c) > _EXACT_IN_DOUBLE:
-        return False
-    res = _empty_like_out(lw, node, out)
-    _launch(lw, node, builtin_kernels.add_scalar,
-            {"a": (lazy_views.launch_operand(lw, node, a), fa), "out": (res, out)},
-            {"s": _as_tensor_dtype(c, out.dtype), "n": out.numel(), "BLOCK": BLOCK}, out.numel())
+def _same_layout(fa, out) -> bool:
+    """fa and the result are plain contiguous fp16/bf16/fp32 tensors of one shape, dtype and device
+    the builtin kernels serve: the only case they are written for."""
+    return (_plain(fa) and _plain(out) and _eligible_device(out) and fa.dtype == out.dtype
+            and fa.dtype in _FLOAT_DTYPES and fa.device == out.device and list(fa.shape) == list(out.shape)
+            and fa.is_contiguous() and out.is_contiguous())
+
+
+def _emit(lw, node: fx.Node, kernel, inputs: dict, values: dict) -> bool:
+    """Allocate node's result and launch `kernel` over its n elements: inputs are the kernel's tensor
+    arguments (name -> fx node), values its other ones; `out`, `n` and `BLOCK` are filled in."""
+    out = node.meta.get("val")
+    res = lw.value()
+    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
+                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
+    lw.ops.append("aten::empty.memory_format")
+    tensors = {name: (lazy_views.launch_operand(lw, node, a), a.meta["val"]) for name, a in inputs.items()}
+    _launch(lw, node, kernel, {**tensors, "out": (res, out)}, {**values, "n": out.numel(), "BLOCK": BLOCK},
+            out.numel())
     lw.env[node] = res
     lw.value_fakes[res] = out
     return True
@@ -213,12 +219,3 @@ def _as_tensor_dtype(c, dtype) -> float:
     bf16(0.3). Converted here by the same ATen copy; the result is exact in fp32."""
     wrapped = torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64)
     return float(wrapped.to(dtype).item())
-
-
-def _empty_like_out(lw, node: fx.Node, out) -> str:
-    """Allocate the add's result (contiguous, out's dtype and device) and return its value."""
-    res = lw.value()
-    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
-                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
-    lw.ops.append("aten::empty.memory_format")
-    return res

@@ -291,7 +291,7 @@ class _Lowerer:
             return
         if not isinstance(op, torch._ops.OpOverload):
             self.fail(node, f"call to {getattr(op, '__name__', op)!r}, which is not an ATen operator")
-        if builtin_lower.add(self, node):
+        if builtin_lower.elementwise(self, node):
             return
         schema = op._schema
         self.check_scalar_results_unused(node, schema)

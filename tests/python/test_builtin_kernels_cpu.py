@@ -99,6 +99,23 @@ def test_the_number_is_rounded_to_the_tensor_dtype_as_aten_does():
     assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, 0\.30078125, %\d+, 32\)", text), text
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_relu_is_an_allocation_and_a_native_launch(dtype):
+    text = lowered_text(lambda a, b: torch.relu(torch.mm(a, b)), *(torch.randn(64, 64, dtype=dtype),) * 2)
+    assert "aten::relu" not in text and "aten::mm" in text, text
+    assert re.search(r"%(\d+) = call \"aten::mm\".*\n.*\n\s*launch 0 grid\(4, 1, 1\) \(%\1, %\d+, 4096\)", text), text
+
+
+@pytest.mark.parametrize("fn, args", [
+    (torch.relu, (torch.randn(16, 8).t(),)),                                      # layout
+    (torch.relu, (torch.randint(-4, 4, (8, 16)),)),                               # integer tensor
+    (torch.relu, (torch.randn(8, 16, dtype=torch.float64),)),                     # dtype
+])
+def test_relus_that_are_not_exactly_the_kernel_stay_aten(fn, args):
+    text = lowered_text(fn, *args)
+    assert "aten::relu" in text and '"relu"' not in text, text
+
+
 def cast_write(cache, k, pos: int):
     cache[:, pos:pos + 1] = k  # fp32 into bf16: a conversion, not a copy
     return cache.sum()
@@ -215,6 +232,13 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
                 s = float(torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64).to(dtype))
                 bk.add_scalar[(3,)](a, s, out, 2100, BLOCK=1024)
                 assert torch.equal(out, a + c), (dtype, c)
+            # relu: NaNs come back with their bits (sign and payload), everything else max(a, 0)
+            special = torch.tensor([float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 1.5])
+            a = torch.cat([special, torch.randn(2093, generator=g)]).to(dtype).view(3, 700)
+            bits = {torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
+            a.view(bits)[0, 0] |= 0x5  # a NaN payload
+            bk.relu[(3,)](a, out, 2100, BLOCK=1024)
+            assert torch.equal(out.view(bits), torch.relu(a).view(bits)), dtype
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")

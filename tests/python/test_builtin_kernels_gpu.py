@@ -1,5 +1,6 @@
-"""trident's own copy and add kernels (builtin_lower.py: a + b and a + number) on the GPU machine (pytest -m gpu): every
-result equal to eager's bit for bit, and the ATen ops they replace gone from the host program."""
+"""trident's own copy, add and relu kernels (builtin_lower.py: a + b, a + number, relu) on the GPU
+machine (pytest -m gpu): every result equal to eager's bit for bit, and the ATen ops they replace
+gone from the host program."""
 import pytest
 import torch
 
@@ -40,6 +41,41 @@ def test_adding_a_number_matches_eager_bit_for_bit(dtype, c):
         x = (torch.randn(3, 1000, device="cuda", generator=g) * 100).to(dtype)
         assert torch.equal(fast(x), x + c)
     assert "add_scalar" in trident.explain(fast, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_relu_matches_eager_bit_for_bit_specials_included(dtype):
+    """NaNs of either sign and a payload, infinities and both zeros: compared as bits."""
+    require_cuda()
+    fast = trident.compile(torch.relu)
+    bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
+    special = torch.tensor([float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0, -1e-40, 1e-40])
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.cat([special.cuda(), torch.randn(2992, device="cuda", generator=g)]).to(dtype).view(3, 1000)
+        x.view(bits)[0, 0] |= 0x5  # a NaN payload
+        assert torch.equal(fast(x).view(bits), torch.relu(x).view(bits))
+    text = trident.explain(fast, x)
+    assert 'kernel 0 "relu"' in text and "aten::relu" not in text, text
+
+
+def mm_relu(a, b):
+    return torch.relu(torch.mm(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mm_relu_matches_eager_and_runs_no_aten_kernel_op(dtype):
+    """The suite's mm + relu: a row-major b goes to the cuBLASLt site (lt_gemm.h), relu to the builtin."""
+    require_cuda()
+    fast = trident.compile(mm_relu)
+    for seed in range(4):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a, b = (torch.randn(64, 64, device="cuda", generator=g).to(dtype) for _ in range(2))
+        for _ in range(3):  # the same pointers three times: recorded on the second call, replayed on the third
+            assert torch.equal(fast(a, b), mm_relu(a, b))
+    c = trident.counters(fast)
+    assert (c["cublaslt_gemms"], c["cublaslt_declined"], c["cublaslt_replayed"]) == (1, 0, 1), c
+    assert "aten::relu" not in trident.explain(fast, a, b)
 
 
 def kv_write(k_cache, v_cache, qkv, pos: int, nh: int, hd: int):

@@ -53,6 +53,11 @@ void* workspace(int device, void* stream) {
 
 bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 256 == 0; }
 
+// b [K, N] as the plans take it: column-major (a weight [N, K] seen transposed), or row-major. A
+// b that is both (K = N = 1) counts as column-major.
+bool column_major(const at::Tensor& b) { return b.stride(0) == 1 && b.stride(1) == b.size(0); }
+bool row_major(const at::Tensor& b) { return !column_major(b) && b.stride(1) == 1 && b.stride(0) == b.size(1); }
+
 int data_type(c10::ScalarType s) { return s == c10::ScalarType::BFloat16 ? lt::kR16BF : lt::kR16F; }
 
 bool replay_enabled() {
@@ -97,17 +102,20 @@ bool LtGemm::make_plan(const at::Tensor& a, const at::Tensor& b, int device, Pla
   p.m = a.size(0);
   p.k = a.size(1);
   p.n = b.size(1);
+  p.b_row_major = row_major(b);
   p.dtype = a.scalar_type();
   p.device = device;
   p.reduction_settings = reduction_settings();
-  // Column-major view of the row-major product: out^T [N, M] = b^T [N, K] x a^T [K, M], where b's
-  // memory is a column-major [K, N] (ld K) taken transposed and a's a column-major [K, M] (ld K).
+  // Column-major view of the row-major product: out^T [N, M] = b^T [N, K] x a^T [K, M], a's memory
+  // being a column-major [K, M] (ld K). A weight's b (column-major [K, N], ld K) is taken transposed;
+  // a row-major b's memory is already the column-major [N, K] (ld N) wanted.
   const int type = data_type(p.dtype);
-  const int32_t trans_a = lt::kOpT, trans_b = lt::kOpN;
-  if (api->MatmulDescCreate(&p.desc, lt::kCompute32F, lt::kR32F) != lt::kSuccess ||
+  const int32_t trans_a = p.b_row_major ? lt::kOpN : lt::kOpT, trans_b = lt::kOpN;
+  const bool layout_ok = p.b_row_major ? api->MatrixLayoutCreate(&p.la, type, p.n, p.k, p.n) == lt::kSuccess
+                                       : api->MatrixLayoutCreate(&p.la, type, p.k, p.n, p.k) == lt::kSuccess;
+  if (!layout_ok || api->MatmulDescCreate(&p.desc, lt::kCompute32F, lt::kR32F) != lt::kSuccess ||
       api->MatmulDescSetAttribute(p.desc, lt::kDescTransA, &trans_a, sizeof trans_a) != lt::kSuccess ||
       api->MatmulDescSetAttribute(p.desc, lt::kDescTransB, &trans_b, sizeof trans_b) != lt::kSuccess ||
-      api->MatrixLayoutCreate(&p.la, type, p.k, p.n, p.k) != lt::kSuccess ||
       api->MatrixLayoutCreate(&p.lb, type, p.k, p.m, p.k) != lt::kSuccess ||
       api->MatrixLayoutCreate(&p.lc, type, p.n, p.m, p.n) != lt::kSuccess)
     return false;
@@ -129,14 +137,15 @@ LtGemm::LtGemm() = default;
 LtGemm::~LtGemm() = default;
 
 LtGemm::Args LtGemm::args_of(const Plan& p, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) const {
-  void* stream = current_stream(p.device);
-  return {a.data_ptr(), b.data_ptr(), out.data_ptr(), workspace(p.device, stream), stream};
+  return {a.data_ptr(), b.data_ptr(), out.data_ptr(), current_stream(p.device)};
 }
 
 bool LtGemm::enqueue(const Plan& p, const Args& x, void* stream) const {
   const float alpha = 1.f, beta = 0.f;
+  // x.stream's workspace even when issued on another stream (the capture in try_record), so that
+  // the launches are exactly those of a call on x.stream.
   return lt::api()->Matmul(lt::handle(p.device), p.desc, &alpha, x.b, p.la, x.a, p.lb, &beta, x.out, p.lc, x.out,
-                           p.lc, &p.algo, x.workspace, kWorkspaceBytes, stream) == lt::kSuccess;
+                           p.lc, &p.algo, workspace(p.device, x.stream), kWorkspaceBytes, stream) == lt::kSuccess;
 }
 
 bool LtGemm::run_ready(const Plan& p, const Args& x, at::Tensor& out) const {
@@ -153,8 +162,6 @@ bool LtGemm::run_ready(const Plan& p, const Args& x, at::Tensor& out) const {
 
 void LtGemm::try_record(const Plan& p, const Args& x, at::Tensor& out) const {
   if (++records_ >= kMaxRecords) replay_state_ = ReplayState::Closed;
-  // The capture runs on a private stream but with this call's workspace, so that the recorded
-  // launches are exactly those of a call on x.stream.
   std::string why;
   std::optional<LaunchRecord> rec =
       LaunchRecord::capture([&](CUstream side) { return enqueue(p, x, side); }, &why);
@@ -185,7 +192,7 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
     return false;
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (m == 0 || n == 0 || k == 0 || (a.stride(1) != 1 || (m > 1 && a.stride(0) != k)) ||
-      b.stride(0) != 1 || b.stride(1) != k || out.size(0) != m || out.size(1) != n || out.stride(0) != n ||
+      !(column_major(b) || row_major(b)) || out.size(0) != m || out.size(1) != n || out.stride(0) != n ||
       out.stride(1) != 1 || !aligned(a) || !aligned(b) || !aligned(out))
     return false;
   const int device = a.get_device();
@@ -195,7 +202,8 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
 
   if (st == State::Ready) {
     const Plan& p = plan_;
-    if (p.m != m || p.n != n || p.k != k || p.dtype != dtype || p.device != device) return false;
+    if (p.m != m || p.n != n || p.k != k || p.dtype != dtype || p.device != device || p.b_row_major != row_major(b))
+      return false;
     if (p.reduction_settings != reduction_settings()) {  // eager would choose differently now
       state_.store(State::Declined, std::memory_order_release);
       return false;

@@ -7,7 +7,7 @@
 // check turns the site over to ATen for good. Calls the plan does not fit (another shape, dtype,
 // layout, alignment or device) go to ATen too.
 //
-// Replay: when a site is called twice in a row with the same pointers, stream and workspace (as
+// Replay: when a site is called twice in a row with the same pointers and stream (as
 // the decode step's GEMMs are, their inputs and outputs being reused buffers, buffer_reuse.h), the
 // launches cublasLtMatmul issued are recorded (launch_record.h) and, while those arguments repeat,
 // issued again without cuBLASLt's host work. The first replay's output is compared bit for bit
@@ -43,9 +43,9 @@ class LtGemm {
 
   enum class State : uint8_t { Unplanned, Ready, Declined };
 
-  // out = a @ b for a [M, K] row-major, b [K, N] column-major (a weight [N, K] seen transposed) and
-  // out [M, N] contiguous, all fp16 or bf16 on the current CUDA device. Returns false, having done
-  // nothing, when the caller must run ATen instead.
+  // out = a @ b for a [M, K] row-major, b [K, N] column-major (a weight [N, K] seen transposed) or
+  // row-major, and out [M, N] contiguous, all fp16 or bf16 on the current CUDA device. Returns false,
+  // having done nothing, when the caller must run ATen instead.
   bool run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) const;
 
   State state() const { return state_.load(std::memory_order_acquire); }
@@ -57,6 +57,7 @@ class LtGemm {
  private:
   struct Plan {
     int64_t m = 0, n = 0, k = 0;
+    bool b_row_major = false;
     c10::ScalarType dtype = c10::ScalarType::Undefined;
     int device = -1;
     int reduction_settings = 0;  // PyTorch's cuBLAS reduction flags when the plan was checked
@@ -64,13 +65,12 @@ class LtGemm {
     cublaslt::Layout la = nullptr, lb = nullptr, lc = nullptr;
     cublaslt::Algo algo{};
   };
-  // Everything one cublasLtMatmul call depends on besides the plan.
+  // Everything one cublasLtMatmul call depends on besides the plan. The workspace is not here: it
+  // is a function of (device, stream), kept for the process, and looked up only when cuBLASLt runs.
   struct Args {
     const void *a = nullptr, *b = nullptr;
-    void *out = nullptr, *workspace = nullptr, *stream = nullptr;
-    bool operator==(const Args& o) const {
-      return a == o.a && b == o.b && out == o.out && workspace == o.workspace && stream == o.stream;
-    }
+    void *out = nullptr, *stream = nullptr;
+    bool operator==(const Args& o) const { return a == o.a && b == o.b && out == o.out && stream == o.stream; }
   };
   enum class ReplayState : uint8_t { Open, Closed, Off };  // may record / keeps its record / never replays
 

@@ -56,18 +56,23 @@ def percall_table(results):
     floor_us = floor.get("us") if floor.get("status") == OK else None
     head = "native floor (C++ cuLaunchKernel of an empty kernel): " + (
         f"{floor_us:.2f} us per launch" if floor_us else "unavailable - " + str(floor.get("message", ""))[:200])
-    widths, align = [14, 24, 11, 7, 7, 13, 8, 7, 0], "llrrrlrrl"
+    widths, align = [14, 24, 11, 7, 7, 8, 9, 13, 8, 7, 0], "llrrrrrlrrl"
     lines = ["Per call, us: host wall time per call, synced every 100 calls (median of repeats)", head,
-             "x eager = time / eager time (below 1 is faster); x floor = time / native floor", "",
-             _row(["case", "mode", "us", "x eager", "x floor", "check", "peak MiB", "first s", "note"], widths, align)]
+             "x eager = time / eager time (below 1 is faster); x floor = time / native floor; kernels = device "
+             "kernels per call (profiler); x floor/k = time / (native floor x kernels)", "",
+             _row(["case", "mode", "us", "x eager", "x floor", "kernels", "x floor/k", "check", "peak MiB", "first s",
+                   "note"], widths, align)]
     for name, desc, *_ in cases.CASES:
         eager = _value(results["modes"].get("eager", {}).get("percall", {}).get(name, {}), "us")
         for i, (mode, label) in enumerate(_modes(results)):
             e = results["modes"][mode].get("percall", {}).get(name, {"status": "missing"})
             us = _value(e, "us")
             shown = _fmt(us) if us is not None else e.get("status", "missing")
+            kernels = e.get("kernels")
+            per_kernel = _ratio(us, floor_us * kernels) if floor_us and kernels else None
             lines.append(_row([name if i == 0 else "", label, shown, _fmt(_ratio(us, eager)),
-                               _fmt(_ratio(us, floor_us), ".1f"), _check(e), _fmt(e.get("peak_mib"), ".1f"),
+                               _fmt(_ratio(us, floor_us), ".1f"), _fmt(kernels, ".2g"), _fmt(per_kernel),
+                               _check(e), _fmt(e.get("peak_mib"), ".1f"),
                                _fmt(e.get("first_call_s")), _note(e)], widths, align))
         lines.append("")
     return lines

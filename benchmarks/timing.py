@@ -67,6 +67,27 @@ def host_us_per_call(fn, args=(), calls=1000, repeats=5, warmup=50, sync_every=1
     return statistics.median(samples), samples
 
 
+def device_kernels_per_call(fn, args=(), calls=10):
+    """Device kernels one call launches (CUDA kernel records of the profiler over `calls` warm calls,
+    divided by them), what the per-call floor ratio is taken per; None where it cannot be counted (no
+    CUDA, or a profiler that fails alongside the mode)."""
+    if not torch.cuda.is_available():
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        fn(*args)
+        sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn(*args)
+            sync()
+    except Exception:  # noqa: BLE001  (a count is an annotation; the timing stands without it)
+        return None
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset"))]
+    return round(len(kernels) / calls, 2)
+
+
 def sequence_us_per_step(run_sequence, n_steps, reset, repeats=5):
     """Median µs per step of run_sequence() (n_steps calls, synced at the end); reset() restores the
     initial state before each repeat and is not timed."""

@@ -98,6 +98,7 @@ def run_case(mode, case, device, cfg):
     entry["check"] = modes.check(out, want, tol)
     entry["us"], entry["us_samples"] = timing.host_us_per_call(compiled, args, **cfg["percall"])
     entry["peak_mib"] = memory_peak(cfg)
+    entry["kernels"] = timing.device_kernels_per_call(compiled, args)
     entry["status"] = OK if entry["check"]["ok"] else FAILED
     entry["counters"] = modes.trident_counters(mode, compiled)
     entry["dynamo"] = modes.dynamo_stats()

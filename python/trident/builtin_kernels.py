@@ -58,9 +58,9 @@ def add_contiguous(a, b, out, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def add_scalar(a, s, out, n, BLOCK: tl.constexpr):
-    """out = a + s for a contiguous fp16/bf16/fp32 tensor of n elements and a number s already
-    rounded to that dtype and passed as fp32 (builtin_lower._as_tensor_dtype), computed in fp32 and
-    rounded to nearest even: ATen's add of a tensor and a Python number with alpha 1."""
+    """out = a + s for a contiguous fp16/bf16/fp32 tensor of n elements and a Python number s taken
+    as fp32 (builtin_lower._as_opmath), computed in fp32 and rounded to nearest even: ATen's CUDA add
+    of a tensor and a Python number with alpha 1."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(a + offs, mask=m).to(tl.float32)

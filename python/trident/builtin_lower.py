@@ -20,7 +20,6 @@ from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 BLOCK = 1024
 _INT32_MAX = 2 ** 31 - 1
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_EXACT_IN_DOUBLE = 2 ** 53  # ints up to this become the same fp32 through double as ATen's int64 -> float
 
 
 def _eligible_device(fake) -> bool:
@@ -181,9 +180,9 @@ def _add(lw, node: fx.Node) -> bool:
         return False
     out = node.meta.get("val")
     if type(b) in (int, float):  # not a bool (type() excludes it), not symbolic (a traced int is a node)
-        if not _same_layout(a.meta.get("val"), out) or (isinstance(b, int) and abs(b) > _EXACT_IN_DOUBLE):
+        if not _same_layout(a.meta.get("val"), out):
             return False
-        return _emit(lw, node, builtin_kernels.add_scalar, {"a": a}, {"s": _as_tensor_dtype(b, out.dtype)})
+        return _emit(lw, node, builtin_kernels.add_scalar, {"a": a}, {"s": _as_opmath(b)})
     if not (isinstance(b, fx.Node) and _same_layout(a.meta.get("val"), out) and _same_layout(b.meta.get("val"), out)):
         return False
     return _emit(lw, node, builtin_kernels.add_contiguous, {"a": a, "b": b}, {})
@@ -213,9 +212,11 @@ def _emit(lw, node: fx.Node, kernel, inputs: dict, values: dict) -> bool:
     return True
 
 
-def _as_tensor_dtype(c, dtype) -> float:
-    """The number ATen adds: TensorIterator converts the wrapped scalar (an int64 or double 0-dim
-    tensor) to the tensor's dtype before the kernel reads it back in fp32, so 0.3 added to bf16 is
-    bf16(0.3). Converted here by the same ATen copy; the result is exact in fp32."""
+def _as_opmath(c) -> float:
+    """The number ATen's CUDA add adds: TensorIterator leaves a wrapped number on the CPU in its own
+    dtype (int64 or double; only a CPU computation converts it to the tensor's dtype) and the kernel
+    reads it as its opmath type, fp32 for fp16/bf16/fp32 tensors. So bf16 x + 0.3 adds fp32(0.3),
+    not bf16(0.3). Converted here by the same ATen cast; an fp32 value is exact as the Python float
+    the launch carries."""
     wrapped = torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64)
-    return float(wrapped.to(dtype).item())
+    return float(wrapped.to(torch.float32).item())

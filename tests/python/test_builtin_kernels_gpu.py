@@ -32,7 +32,7 @@ def test_add_matches_eager_bit_for_bit(dtype, shape):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("c", [1, -0.3, 1e-3, 3 * 2 ** 20 + 1])
+@pytest.mark.parametrize("c", [1, -0.3, 1e-3, 3 * 2 ** 20 + 1, 2 ** 60 + 1])
 def test_adding_a_number_matches_eager_bit_for_bit(dtype, c):
     require_cuda()
     fast = trident.compile(lambda x: x + c)

@@ -58,8 +58,9 @@ def percall_table(results):
         f"{floor_us:.2f} us per launch" if floor_us else "unavailable - " + str(floor.get("message", ""))[:200])
     widths, align = [14, 24, 11, 7, 7, 8, 9, 13, 8, 7, 0], "llrrrrrlrrl"
     lines = ["Per call, us: host wall time per call, synced every 100 calls (median of repeats)", head,
-             "x eager = time / eager time (below 1 is faster); x floor = time / native floor; kernels = device "
-             "kernels per call (profiler); x floor/k = time / (native floor x kernels)", "",
+             "x eager = time / eager time (below 1 is faster); x floor = time / native floor, the floor measured "
+             "just before and after the case where it could be (host speed drifts); kernels = device kernels per "
+             "call (profiler); x floor/k = time / (native floor x kernels)", "",
              _row(["case", "mode", "us", "x eager", "x floor", "kernels", "x floor/k", "check", "peak MiB", "first s",
                    "note"], widths, align)]
     for name, desc, *_ in cases.CASES:
@@ -68,10 +69,10 @@ def percall_table(results):
             e = results["modes"][mode].get("percall", {}).get(name, {"status": "missing"})
             us = _value(e, "us")
             shown = _fmt(us) if us is not None else e.get("status", "missing")
-            kernels = e.get("kernels")
-            per_kernel = _ratio(us, floor_us * kernels) if floor_us and kernels else None
+            kernels, floor = e.get("kernels"), e.get("floor_us", floor_us)
+            per_kernel = _ratio(us, floor * kernels) if floor and kernels else None
             lines.append(_row([name if i == 0 else "", label, shown, _fmt(_ratio(us, eager)),
-                               _fmt(_ratio(us, floor_us), ".1f"), _fmt(kernels, ".2g"), _fmt(per_kernel),
+                               _fmt(_ratio(us, floor), ".1f"), _fmt(kernels, ".2g"), _fmt(per_kernel),
                                _check(e), _fmt(e.get("peak_mib"), ".1f"),
                                _fmt(e.get("first_call_s")), _note(e)], widths, align))
         lines.append("")

@@ -86,6 +86,8 @@ def run_worker(mode, args, out, cap, name):
     cmd = [sys.executable, str(HERE / "worker.py"), "--mode", mode, "--out", str(raw),
            "--deadline-s", str(max(cap - WORKER_MARGIN_S, 1.0)), "--suites", args.suites, "--device", args.device]
     cmd += ["--quick"] * args.quick + ["--tiny"] * args.tiny
+    if getattr(args, "floor_exe", None):
+        cmd += ["--floor-exe", args.floor_exe]
     log = out / "logs" / f"{name}.log"
     rc, killed = run_capped(cmd, log, cap, worker_env(args, out))
     try:
@@ -208,7 +210,9 @@ def main():
 
     if args.device == "cuda" and "percall" in args.suites:
         say("native floor: building benchmarks/native_floor.cu with nvcc")
-        results["native_floor"] = timing.native_floor_us(timeout=min(120, budget / 4))
+        args.floor_exe, why = timing.build_native_floor(str(out), timeout=min(120, budget / 4))
+        results["native_floor"] = (timing.run_native_floor(args.floor_exe) if args.floor_exe
+                                   else {"status": "unavailable", "message": why})
         say(f"native floor: {results['native_floor'].get('us', results['native_floor'].get('status'))}")
     else:
         results["native_floor"] = {"status": "unavailable", "message": "not measured (no GPU run)"}

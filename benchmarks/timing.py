@@ -146,36 +146,43 @@ def _cuda_stub_dirs(nvcc):
     return [d for d in dirs if os.path.isdir(d)]
 
 
-def native_floor_us(arch="sm_90", timeout=240):
-    """Build native_floor.cu with nvcc in a temp dir and run it. Returns a dict with status "ok" and
-    us (µs per cuLaunchKernel of an empty kernel), or status "unavailable" and the reason."""
+def build_native_floor(out_dir, timeout=120):
+    """Build native_floor.cu with nvcc into out_dir. Returns (path of the executable, None), or
+    (None, the reason it could not be built)."""
     nvcc = find_nvcc()
     if nvcc is None:
-        return {"status": "unavailable", "message": "nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda)"}
-    with tempfile.TemporaryDirectory(prefix="trident_native_floor_") as tmp:
-        exe = os.path.join(tmp, "native_floor")
-        base = [nvcc, "-O2", f"-arch={arch}", str(NATIVE_SRC), "-o", exe]
-        # If the linker finds no libcuda.so, link against the toolkit's stub (the driver's
-        # libcuda.so.1 is what loads at run time).
-        stubs = [f"-L{d}" for d in _cuda_stub_dirs(nvcc)]
-        log = ""
-        try:
-            for cmd in [base + ["-lcuda"]] + ([base + stubs + ["-lcuda"]] if stubs else []):
-                build = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-                log += f"$ {' '.join(cmd)}\n{build.stdout}{build.stderr}"
-                if build.returncode == 0:
-                    break
-            else:
-                return {"status": "unavailable", "message": "nvcc failed: " + log[-2000:]}
-            cpu = timing_cpu()
-            pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
-            run = subprocess.run([exe], capture_output=True, text=True, timeout=timeout, preexec_fn=pin)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return {"status": "unavailable", "message": f"{type(e).__name__}: {e}"}
-        if run.returncode != 0:
-            return {"status": "unavailable", "message": f"native_floor exited {run.returncode}: "
-                                                        f"{(run.stdout + run.stderr)[-2000:]}"}
-        try:
-            return {"status": "ok", "us": float(run.stdout.split()[-1]), "command": " ".join(cmd)}
-        except (ValueError, IndexError):
-            return {"status": "unavailable", "message": f"unexpected output: {run.stdout[-500:]!r}"}
+        return None, "nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda)"
+    exe = os.path.join(out_dir, "native_floor")
+    base = [nvcc, "-O2", "-arch=sm_90", str(NATIVE_SRC), "-o", exe]
+    # If the linker finds no libcuda.so, link against the toolkit's stub (the driver's libcuda.so.1
+    # is what loads at run time).
+    stubs = [f"-L{d}" for d in _cuda_stub_dirs(nvcc)]
+    log = ""
+    try:
+        for cmd in [base + ["-lcuda"]] + ([base + stubs + ["-lcuda"]] if stubs else []):
+            build = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            log += f"$ {' '.join(cmd)}\n{build.stdout}{build.stderr}"
+            if build.returncode == 0:
+                return exe, None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{type(e).__name__}: {e}"
+    return None, "nvcc failed: " + log[-2000:]
+
+
+def run_native_floor(exe, launches=20000, repeats=7, timeout=120):
+    """Run the built native floor on timing_cpu(). Returns a dict with status "ok" and us (µs per
+    cuLaunchKernel of an empty kernel), or status "unavailable" and the reason."""
+    cpu = timing_cpu()
+    pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+    try:
+        run = subprocess.run([exe, str(launches), str(repeats)], capture_output=True, text=True, timeout=timeout,
+                             preexec_fn=pin)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"status": "unavailable", "message": f"{type(e).__name__}: {e}"}
+    if run.returncode != 0:
+        return {"status": "unavailable", "message": f"native_floor exited {run.returncode}: "
+                                                    f"{(run.stdout + run.stderr)[-2000:]}"}
+    try:
+        return {"status": "ok", "us": float(run.stdout.split()[-1])}
+    except (ValueError, IndexError):
+        return {"status": "unavailable", "message": f"unexpected output: {run.stdout[-500:]!r}"}

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -80,7 +81,7 @@ def clone_out(out):
 
 # ---- per-call cases --------------------------------------------------------------------------
 
-def run_case(mode, case, device, cfg):
+def run_case(mode, case, device, cfg, floor_exe=None):
     name, _, fn, make_args, reference, tol = case
     modes.reset(mode)
     args = make_args(device)
@@ -96,7 +97,13 @@ def run_case(mode, case, device, cfg):
         return {**entry, "status": status, "message": msg}
     entry["first_call_s"] = time.perf_counter() - t0
     entry["check"] = modes.check(out, want, tol)
+    floors = [timing.run_native_floor(floor_exe, 5000, 5)] if floor_exe else []
     entry["us"], entry["us_samples"] = timing.host_us_per_call(compiled, args, **cfg["percall"])
+    floors += [timing.run_native_floor(floor_exe, 5000, 5)] if floor_exe else []
+    if floors and all(f["status"] == OK for f in floors):
+        # The host's speed drifts by up to a third within a minute (benchmarks/NOTES.md): the floor
+        # measured just before and after this case is the one its time is compared with.
+        entry["floor_us"] = statistics.mean(f["us"] for f in floors)
     entry["peak_mib"] = memory_peak(cfg)
     entry["kernels"] = timing.device_kernels_per_call(compiled, args)
     entry["status"] = OK if entry["check"]["ok"] else FAILED
@@ -360,6 +367,7 @@ def main():
     p.add_argument("--suites", default="percall,decode", help="comma-separated: percall, decode, hf")
     p.add_argument("--device", default="cuda", help="cpu only for smoke tests (with TRITON_INTERPRET=1)")
     p.add_argument("--tiny", action="store_true", help="tiny decoder, for smoke tests")
+    p.add_argument("--floor-exe", help="the built native floor, run beside each per-call case")
     a = p.parse_args()
     budget, cfg = Budget(a.deadline_s), settings(a.quick, a.device, a.tiny)
     for knob in ("recompile_limit", "cache_size_limit"):  # recompiles must show up, not fall back to eager
@@ -387,7 +395,7 @@ def main():
                     entry = {"status": SKIPPED, "message": "no time left in this mode's budget"}
                 else:
                     try:
-                        entry = run_case(a.mode, case, a.device, cfg)
+                        entry = run_case(a.mode, case, a.device, cfg, a.floor_exe)
                     except Exception as e:  # noqa: BLE001
                         entry = {"status": ERROR, "message": f"{type(e).__name__}: {e}"}
                 result["percall"][case[0]] = entry

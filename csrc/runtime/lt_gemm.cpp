@@ -18,8 +18,10 @@ namespace {
 
 namespace lt = cublaslt;
 
-// As PyTorch sizes its own cuBLAS workspace on Hopper; cuBLASLt's algorithm choice depends on the
-// workspace allowed, and the first-call check confirms the choice matches at::mm's.
+// The workspace the algorithm is chosen for, as PyTorch sizes its own cuBLAS workspace on Hopper:
+// cuBLASLt's choice depends on the workspace allowed, and the first-call check confirms the choice
+// matches at::mm's. What is allocated is what the chosen algorithm needs (Plan::workspace_bytes),
+// often nothing at decode sizes.
 constexpr size_t kWorkspaceBytes = 32u << 20;
 
 // PyTorch's cuBLAS reduction settings (bool or enum depending on the version: compared as ints).
@@ -30,11 +32,15 @@ int reduction_settings() {
 }
 
 // One workspace per (device, stream), kept for the process as PyTorch keeps its own: a workspace
-// must not be shared by GEMMs that may run concurrently on different streams.
+// must not be shared by GEMMs that may run concurrently on different streams. It grows to the
+// largest need of the sites using it; an outgrown one is kept too, because launches recorded with
+// it (launch_record.h) go on using it (on the same stream, so never at once with the new one).
 struct Workspace {
   int device;
   void* stream;
+  size_t bytes;
   c10::DataPtr memory;
+  std::vector<c10::DataPtr> outgrown;
 };
 std::mutex g_ws_mu;
 // Never destroyed: freeing into the caching allocator during interpreter exit is not safe.
@@ -43,12 +49,20 @@ std::vector<Workspace>& workspaces() {
   return *w;
 }
 
-void* workspace(int device, void* stream) {
+// At least `bytes` of workspace for (device, stream); nullptr when none is needed.
+void* workspace(int device, void* stream, size_t bytes) {
+  if (bytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(g_ws_mu);
-  for (const auto& w : workspaces())
-    if (w.device == device && w.stream == stream) return w.memory.get();
-  workspaces().push_back({device, stream, c10::GetAllocator(c10::DeviceType::CUDA)->allocate(kWorkspaceBytes)});
-  return workspaces().back().memory.get();
+  Workspace* w = nullptr;
+  for (auto& c : workspaces())
+    if (c.device == device && c.stream == stream) w = &c;
+  if (!w) w = &workspaces().emplace_back(Workspace{device, stream, 0, c10::DataPtr(), {}});
+  if (w->bytes < bytes) {
+    if (w->memory) w->outgrown.push_back(std::move(w->memory));
+    w->memory = c10::GetAllocator(c10::DeviceType::CUDA)->allocate(bytes);
+    w->bytes = bytes;
+  }
+  return w->memory.get();
 }
 
 bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 256 == 0; }
@@ -130,6 +144,7 @@ bool LtGemm::make_plan(const at::Tensor& a, const at::Tensor& b, int device, Pla
                   found == 1 && result.workspace_size <= kWorkspaceBytes;
   api->MatmulPreferenceDestroy(pref);
   p.algo = result.algo;
+  p.workspace_bytes = result.workspace_size;
   return ok;
 }
 
@@ -145,7 +160,8 @@ bool LtGemm::enqueue(const Plan& p, const Args& x, void* stream) const {
   // x.stream's workspace even when issued on another stream (the capture in try_record), so that
   // the launches are exactly those of a call on x.stream.
   return lt::api()->Matmul(lt::handle(p.device), p.desc, &alpha, x.b, p.la, x.a, p.lb, &beta, x.out, p.lc, x.out,
-                           p.lc, &p.algo, workspace(p.device, x.stream), kWorkspaceBytes, stream) == lt::kSuccess;
+                           p.lc, &p.algo, workspace(p.device, x.stream, p.workspace_bytes), p.workspace_bytes,
+                           stream) == lt::kSuccess;
 }
 
 bool LtGemm::run_ready(const Plan& p, const Args& x, at::Tensor& out) const {

@@ -64,6 +64,7 @@ class LtGemm {
     cublaslt::Desc desc = nullptr;
     cublaslt::Layout la = nullptr, lb = nullptr, lc = nullptr;
     cublaslt::Algo algo{};
+    size_t workspace_bytes = 0;  // what `algo` needs (the heuristic's answer), allocated per stream
   };
   // Everything one cublasLtMatmul call depends on besides the plan. The workspace is not here: it
   // is a function of (device, stream), kept for the process, and looked up only when cuBLASLt runs.

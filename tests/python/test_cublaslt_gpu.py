@@ -4,6 +4,7 @@ took the cuBLASLt path and which handed back to ATen."""
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -124,6 +125,32 @@ def test_a_side_stream_gets_its_own_workspace():
             got = fast(x)
         torch.cuda.current_stream().wait_stream(side)
         assert torch.equal(got, want)
+
+
+def test_the_workspace_is_what_the_algorithm_needs():
+    """Not PyTorch's 32 MiB beside PyTorch's own: a fresh process (the workspace is per process and
+    stream), memory counted after eager has run the same GEMM."""
+    require_cuda()
+    script = textwrap.dedent("""
+        import torch, trident
+        g = torch.Generator(device="cuda").manual_seed(0)
+        a, b = (torch.randn(64, 64, device="cuda", generator=g).half() for _ in range(2))
+        f = lambda a, b: torch.relu(torch.mm(a, b))
+        want = f(a, b)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        fast = trident.compile(f)
+        for _ in range(3):
+            assert torch.equal(fast(a, b), want)
+        torch.cuda.synchronize()
+        c = trident.counters(fast)
+        assert (c["cublaslt_gemms"], c["cublaslt_declined"]) == (1, 0), c
+        print("grew", torch.cuda.memory_allocated() - base)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    grew = int(run.stdout.split("grew")[-1])
+    assert grew < 4 << 20, grew
 
 
 # ---- replay of recorded cuBLASLt launches (csrc/runtime/launch_record.h) -------------------------

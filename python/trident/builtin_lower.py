@@ -22,7 +22,11 @@ _INT32_MAX = 2 ** 31 - 1
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _eligible_device(fake) -> bool:
+def _eligible(lw, fake) -> bool:
+    """The builtin kernels may serve this spec on fake's device: they record no autograd history,
+    so never in a spec that may record it (lw.records_autograd)."""
+    if lw.records_autograd:
+        return False
     mode = config.builtin_kernels()
     return mode == "all" or (mode == "auto" and fake.device.type == "cuda")
 
@@ -73,7 +77,7 @@ def copy(lw, node: fx.Node, dst, dst_view, src, src_fake) -> bool:
     """dst.copy_(src) as a native launch; False when the ATen call must stay (nothing but view calls
     emitted). dst_view() gives the fake of the destination (computed only when the source
     qualifies); dst(fake) and src() give the launch operands (lazy_views: pointers where they can)."""
-    if not (_plain(src_fake) and _eligible_device(src_fake)):
+    if not (_plain(src_fake) and _eligible(lw, src_fake)):
         return False
     dst_fake = dst_view()
     if not _plain(dst_fake):
@@ -167,7 +171,7 @@ def elementwise(lw, node: fx.Node) -> bool:
         return _add(lw, node)
     if node.target is torch.ops.aten.relu.default and len(node.args) == 1 and not node.kwargs:
         a = node.args[0]
-        return isinstance(a, fx.Node) and _same_layout(a.meta.get("val"), node.meta.get("val")) and _emit(
+        return isinstance(a, fx.Node) and _same_layout(lw, a.meta.get("val"), node.meta.get("val")) and _emit(
             lw, node, builtin_kernels.relu, {"a": a}, {})
     return False
 
@@ -180,18 +184,19 @@ def _add(lw, node: fx.Node) -> bool:
         return False
     out = node.meta.get("val")
     if type(b) in (int, float):  # not a bool (type() excludes it), not symbolic (a traced int is a node)
-        if not _same_layout(a.meta.get("val"), out):
+        if not _same_layout(lw, a.meta.get("val"), out):
             return False
         return _emit(lw, node, builtin_kernels.add_scalar, {"a": a}, {"s": _as_opmath(b)})
-    if not (isinstance(b, fx.Node) and _same_layout(a.meta.get("val"), out) and _same_layout(b.meta.get("val"), out)):
+    if not (isinstance(b, fx.Node) and _same_layout(lw, a.meta.get("val"), out)
+            and _same_layout(lw, b.meta.get("val"), out)):
         return False
     return _emit(lw, node, builtin_kernels.add_contiguous, {"a": a, "b": b}, {})
 
 
-def _same_layout(fa, out) -> bool:
+def _same_layout(lw, fa, out) -> bool:
     """fa and the result are plain contiguous fp16/bf16/fp32 tensors of one shape, dtype and device
     the builtin kernels serve: the only case they are written for."""
-    return (_plain(fa) and _plain(out) and _eligible_device(out) and fa.dtype == out.dtype
+    return (_plain(fa) and _plain(out) and _eligible(lw, out) and fa.dtype == out.dtype
             and fa.dtype in _FLOAT_DTYPES and fa.device == out.device and list(fa.shape) == list(out.shape)
             and fa.is_contiguous() and out.is_contiguous())
 

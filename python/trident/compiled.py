@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 from . import _C, _compat, aliasing
 from .config import Options
 from .errors import MissPolicyError, UnsupportedError
-from .lower import StateRef, lower
+from .lower import StateRef, lower, state_key
 
 log = logging.getLogger("trident")
 
@@ -423,7 +423,7 @@ class CompiledFunction:
         else:
             key = ("constant", id(ref.tensor))
         if key not in self._state_keys:
-            ref.shape_key = (ref.tensor.dtype, ref.tensor.shape, ref.tensor.device)
+            ref.shape_key = state_key(ref.tensor)
             self._state_keys[key] = len(self.state)
             self.state.append(ref)
         return self._state_keys[key]
@@ -435,8 +435,9 @@ class CompiledFunction:
 
     def _on_state_change(self):
         """Cold path: some module (re)registered state, or a captured tensor's metadata changed.
-        New tensor objects or dtype/shape/device changes invalidate every specialization; a new
-        data pointer alone (`param.data = ...` of the same shape) only needs a new snapshot."""
+        New tensor objects or a change of dtype, shape, device or requires_grad (lower.state_key)
+        invalidate every specialization; a new data pointer alone (`param.data = ...` of the same
+        shape) only needs a new snapshot."""
         with self.lock:
             invalid = False
             for ref in self.state:
@@ -449,7 +450,7 @@ class CompiledFunction:
                     continue
                 # Triton specializations may assume a state tensor's pointer is 16-byte aligned.
                 realigned = now.data_ptr() % 16 != ref.tensor.data_ptr() % 16
-                if now is not ref.tensor or (now.dtype, now.shape, now.device) != ref.shape_key or realigned:
+                if now is not ref.tensor or state_key(now) != ref.shape_key or realigned:
                     ref.tensor = now
                     invalid = True
             if invalid:

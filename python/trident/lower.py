@@ -72,7 +72,14 @@ class StateRef:
     kind: str      # "parameter" | "buffer" | "constant"
     target: str    # fully qualified name, or the constant's name
     tensor: torch.Tensor
-    shape_key: tuple = ()  # (dtype, shape, device) the specializations were traced with
+    shape_key: tuple = ()  # state_key(tensor) when the specializations were traced
+
+
+def state_key(t: torch.Tensor) -> tuple:
+    """What of a state tensor the specializations depend on besides its data: a change of any of
+    these drops them (CompiledFunction._on_state_change). requires_grad is here because a spec that
+    records no autograd history may run trident's own kernels for differentiable ATen ops."""
+    return (t.dtype, t.shape, t.device, t.requires_grad)
 
 
 @dataclass
@@ -100,8 +107,14 @@ def _written_view(node: fx.Node, kind: str):
 
 class _Lowerer:
     def __init__(self, ep, structure: str, leaf_of_input: list[int | None], state_index,
-                 leaf_values: list | None = None):
+                 leaf_values: list | None = None, grad_mode: bool = False):
         self.ep = ep
+        # Whether a run of this spec may record autograd history: then every differentiable ATen op
+        # stays an ATen call (builtin_lower). Guarded: grad mode and the inputs' requires_grad by the
+        # spec's guards, the state's by state_key.
+        self.records_autograd = grad_mode and any(
+            isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].requires_grad
+            for n in ep.graph.nodes if n.op == "placeholder")
         self.leaf_values = leaf_values or []
         self.kernels: list[str] = []          # kernel declarations of the spec
         self.kernel_notes: list[tuple] = []   # (name, chosen config kwargs, grid, cache key)
@@ -545,7 +558,7 @@ class _Lowerer:
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
           state_index, leaf_values: list | None = None) -> Lowered:
     """The full spec text: header, guards, kernels, body."""
-    lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values)
+    lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values, grad_mode)
     body = lw.run()
     written = aliasing.written_leaves(ep, leaf_of_input)
     itemsize = {k: f.element_size() for k, f in lw.fakes.items() if isinstance(f, torch.Tensor)}

@@ -117,6 +117,55 @@ def test_relus_that_are_not_exactly_the_kernel_stay_aten(fn, args):
     assert "aten::relu" in text and '"relu"' not in text, text
 
 
+class ReluPlusWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64))
+
+    def forward(self, x):
+        return torch.relu(x) + self.w
+
+
+def builtin_launches(fn, *args):
+    text = lowered_text(fn, *args)
+    return len([ln for ln in text.splitlines() if ln.strip().startswith("launch ")]), text
+
+
+def test_a_spec_that_may_record_autograd_keeps_the_differentiable_aten_ops():
+    """The builtin kernels record no autograd history, so they serve only specs that cannot record
+    it: grad mode off, or nothing (argument or state) requiring grad."""
+    x, xg = torch.randn(64), torch.randn(64, requires_grad=True)
+    n, text = builtin_launches(torch.relu, xg)
+    assert n == 0 and "aten::relu" in text, text
+    model = ReluPlusWeight()
+    n, text = builtin_launches(model, x)  # the parameter requires grad
+    assert n == 0 and "aten::relu" in text and "aten::add.Tensor" in text, text
+    with torch.no_grad():
+        assert builtin_launches(torch.relu, xg)[0] == 1
+        assert builtin_launches(model, x)[0] == 2
+    model.w.requires_grad_(False)
+    assert builtin_launches(model, x)[0] == 2
+    cache = torch.zeros(2, 4, 64, 32, requires_grad=False)
+    n, text = builtin_launches(kv_write, cache, torch.randn(2, 4, 32, requires_grad=True), 5)
+    assert n == 0 and "aten::copy_" in text, text
+
+
+def test_a_parameter_that_starts_requiring_grad_drops_the_specializations(monkeypatch):
+    """A spec lowered while nothing required grad may run builtin kernels, so a parameter's
+    requires_grad is part of the state the specs depend on (lower.state_key)."""
+    monkeypatch.setenv("TRIDENT_BUILTIN_KERNELS", "auto")  # CPU tensors: ATen runs, the test can call it
+    model = ReluPlusWeight()
+    model.w.requires_grad_(False)
+    fast = trident.compile(model)
+    x = torch.randn(64)
+    assert torch.equal(fast(x), model(x))
+    model.w.requires_grad_(True)
+    y = fast(x)
+    assert y.requires_grad and torch.equal(y.detach(), model(x).detach())
+    c = trident.counters(fast)
+    assert (c["compiles"], c["specializations"]) == (2, 1), c
+
+
 def cast_write(cache, k, pos: int):
     cache[:, pos:pos + 1] = k  # fp32 into bf16: a conversion, not a copy
     return cache.sum()

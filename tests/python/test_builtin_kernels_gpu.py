@@ -78,6 +78,29 @@ def test_mm_relu_matches_eager_and_runs_no_aten_kernel_op(dtype):
     assert "aten::relu" not in trident.explain(fast, a, b)
 
 
+def test_gradients_flow_where_autograd_may_record():
+    """With an argument requiring grad, relu and the adds stay ATen ops, so backward gives eager's
+    gradients; under no_grad the same function runs the builtin kernels."""
+    require_cuda()
+
+    def f(x, y):
+        return torch.relu(x) + y + 1
+
+    fast = trident.compile(f)
+    x = torch.randn(3, 1000, device="cuda", requires_grad=True)
+    y = torch.randn(3, 1000, device="cuda")
+    out = fast(x, y)
+    assert out.grad_fn is not None and torch.equal(out, f(x, y))
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_(True)
+    f(xe, y).sum().backward()
+    assert torch.equal(x.grad, xe.grad)
+    with torch.no_grad():
+        assert torch.equal(fast(x, y), f(x, y))
+        text = trident.explain(fast, x, y)
+    assert 'kernel 0 "relu"' in text and "add_scalar" in text and "add_contiguous" in text, text
+
+
 def kv_write(k_cache, v_cache, qkv, pos: int, nh: int, hd: int):
     b = qkv.shape[0]
     k_cache[:, :, pos:pos + 1] = qkv[:, nh * hd:2 * nh * hd].view(b, nh, 1, hd)

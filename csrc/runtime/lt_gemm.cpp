@@ -69,8 +69,12 @@ bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_pt
 
 // b [K, N] as the plans take it: column-major (a weight [N, K] seen transposed), or row-major. A
 // b that is both (K = N = 1) counts as column-major.
-bool column_major(const at::Tensor& b) { return b.stride(0) == 1 && b.stride(1) == b.size(0); }
-bool row_major(const at::Tensor& b) { return !column_major(b) && b.stride(1) == 1 && b.stride(0) == b.size(1); }
+enum class BLayout : uint8_t { Column, Row, Other };
+BLayout b_layout(const at::Tensor& b) {
+  if (b.stride(0) == 1 && b.stride(1) == b.size(0)) return BLayout::Column;
+  if (b.stride(1) == 1 && b.stride(0) == b.size(1)) return BLayout::Row;
+  return BLayout::Other;
+}
 
 int data_type(c10::ScalarType s) { return s == c10::ScalarType::BFloat16 ? lt::kR16BF : lt::kR16F; }
 
@@ -116,7 +120,7 @@ bool LtGemm::make_plan(const at::Tensor& a, const at::Tensor& b, int device, Pla
   p.m = a.size(0);
   p.k = a.size(1);
   p.n = b.size(1);
-  p.b_row_major = row_major(b);
+  p.b_row_major = b_layout(b) == BLayout::Row;
   p.dtype = a.scalar_type();
   p.device = device;
   p.reduction_settings = reduction_settings();
@@ -207,9 +211,10 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
       out.scalar_type() != dtype)
     return false;
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (m == 0 || n == 0 || k == 0 || (a.stride(1) != 1 || (m > 1 && a.stride(0) != k)) ||
-      !(column_major(b) || row_major(b)) || out.size(0) != m || out.size(1) != n || out.stride(0) != n ||
-      out.stride(1) != 1 || !aligned(a) || !aligned(b) || !aligned(out))
+  const BLayout layout = b_layout(b);
+  if (m == 0 || n == 0 || k == 0 || (a.stride(1) != 1 || (m > 1 && a.stride(0) != k)) || layout == BLayout::Other ||
+      out.size(0) != m || out.size(1) != n || out.stride(0) != n || out.stride(1) != 1 || !aligned(a) || !aligned(b) ||
+      !aligned(out))
     return false;
   const int device = a.get_device();
   if (b.get_device() != device || out.get_device() != device ||
@@ -218,7 +223,8 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
 
   if (st == State::Ready) {
     const Plan& p = plan_;
-    if (p.m != m || p.n != n || p.k != k || p.dtype != dtype || p.device != device || p.b_row_major != row_major(b))
+    if (p.m != m || p.n != n || p.k != k || p.dtype != dtype || p.device != device ||
+        p.b_row_major != (layout == BLayout::Row))
       return false;
     if (p.reduction_settings != reduction_settings()) {  // eager would choose differently now
       state_.store(State::Declined, std::memory_order_release);

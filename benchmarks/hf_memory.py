@@ -1,0 +1,66 @@
+"""Where the HF Llama's device memory goes under trident against eager (GPU diagnostic).
+
+For each batch: one eager generation, then trident's, each from a memory baseline taken after its
+step (and static cache) exists and after an eager warm-up run (so PyTorch's cuBLAS workspace is in the
+baseline, as in the suite's workers). Prints, in MiB above the baseline: the peak of the first
+generation, memory still held after it, the peak of a second generation, and trident's kept buffers
+(counters' reused_bytes: the buffers allocation sites keep, csrc/runtime/buffer_reuse.h).
+
+    python3 benchmarks/hf_memory.py [--batches 1,8]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hf_llama  # noqa: E402
+
+MIB = 2**20
+
+
+def measure(fn, gen, reset):
+    """(peak of a first generation, held after it, peak of a second) in MiB above the baseline."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    gen.run(fn, reset)
+    torch.cuda.synchronize()
+    first_peak, held = torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
+    torch.cuda.reset_peak_memory_stats()
+    gen.run(fn, reset)
+    torch.cuda.synchronize()
+    return first_peak / MIB, held / MIB, (torch.cuda.max_memory_allocated() - base) / MIB
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batches", default="1,8")
+    a = p.parse_args()
+    import trident
+    cfg = hf_llama.FULL
+    model = hf_llama.build_model(cfg, "cuda")
+    hf_llama.use_kernels(model, triton=True)
+    for batch in (int(b) for b in a.batches.split(",")):
+        gen = hf_llama.Generation(cfg, batch, "cuda")
+        warm = hf_llama.DecodeStep(model, batch, cfg.max_cache)
+        gen.run(warm, warm.reset)
+        del warm
+        step = hf_llama.DecodeStep(model, batch, cfg.max_cache)
+        eager = measure(step, gen, step.reset)
+        compiled = trident.compile(step)
+        tri = measure(compiled, gen, step.reset)
+        c = trident.counters(compiled)
+        print(f"batch {batch}: MiB above baseline   first-gen peak   held after   second-gen peak")
+        print(f"  eager                           {eager[0]:10.2f} {eager[1]:12.2f} {eager[2]:14.2f}")
+        print(f"  trident                         {tri[0]:10.2f} {tri[1]:12.2f} {tri[2]:14.2f}")
+        print(f"  trident reused_bytes {c['reused_bytes'] / MIB:.2f} MiB in {c['reused_buffers']} buffers, "
+              f"cublaslt_gemms {c['cublaslt_gemms']} declined {c['cublaslt_declined']} "
+              f"replayed {c['cublaslt_replayed']}")
+        del compiled, step
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -37,7 +37,7 @@ def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "
         return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss, dynamic=dynamic)
     if not callable(fn):
         raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
-    return CompiledFunction(fn, options).scm
+    return CompiledFunction(fn, options).detach()
 
 
 def controller(compiled) -> CompiledFunction:

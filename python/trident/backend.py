@@ -11,6 +11,7 @@ Dynamo graph as is (eager ATen, correct gradients), logged once per process.
 from __future__ import annotations
 
 import logging
+import weakref
 from types import SimpleNamespace
 
 import torch
@@ -26,8 +27,14 @@ from .lower import lower
 
 log = logging.getLogger("trident")
 
-# Controllers of every graph the backend compiled in this process, for trident.explain.
-GRAPHS: list["GraphFunction"] = []
+# Weak references to the controllers of the graphs the backend compiled in this process, in compile
+# order, for trident.explain; a controller lives as long as Dynamo keeps its compiled graph.
+GRAPHS: list[weakref.ref] = []
+
+
+def live_graphs(refs: list[weakref.ref] | None = None) -> list["GraphFunction"]:
+    """The controllers among `refs` (default: all of GRAPHS) still alive, in compile order."""
+    return [g for g in (r() for r in (GRAPHS if refs is None else refs)) if g is not None]
 _autograd_logged = False
 
 
@@ -91,8 +98,8 @@ def trident_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
 
     def fw_compiler(fw_gm: fx.GraphModule, fw_inputs):
         ctl = GraphFunction(fw_gm, opts, f"graph {len(GRAPHS)}")
-        GRAPHS.append(ctl)
-        scm = ctl.scm
+        GRAPHS.append(weakref.ref(ctl))
+        scm = ctl.detach()
 
         def run(*args):
             return scm(*args)

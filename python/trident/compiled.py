@@ -8,6 +8,7 @@ import logging
 import threading
 import types
 import warnings
+import weakref
 
 import torch
 import torch.utils._pytree as pytree
@@ -222,7 +223,22 @@ class CompiledFunction:
         self._captures: dict[tuple, object] = {}
         # (structure, overlapping leaf pairs) -> why such calls run eagerly (aliasing.py)
         self._overlap_eager: dict[tuple, str] = {}
-        self.scm = _C.SCM(self._on_miss, self._on_state_change)
+        scm = _C.SCM(self._on_miss, self._on_state_change)
+        self._scm = weakref.ref(scm)
+        self._held = scm  # until detach()
+
+    @property
+    def scm(self):
+        """The callable this controller serves (None once it is gone)."""
+        return self._scm()
+
+    def detach(self):
+        """Hand the callable out. From then on the controller refers to it weakly: the callable
+        alone keeps both alive (its miss handler is this controller's method), so dropping it frees
+        both at once, with the function and module they hold, without waiting for the cycle
+        collector."""
+        scm, self._held = self._held, None
+        return scm
 
     # ---- miss path -------------------------------------------------------------------------
     def _on_miss(self, *args, **kwargs):

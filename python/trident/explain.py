@@ -8,11 +8,12 @@ def explain(compiled, *args, **kwargs) -> str:
     from . import _C, controller
     if not isinstance(compiled, _C.SCM):
         # A torch.compile(..., backend="trident") result: explain every graph the backend compiled.
-        from .backend import GRAPHS
-        if not GRAPHS:
+        from .backend import live_graphs
+        graphs = live_graphs()
+        if not graphs:
             raise TypeError(f"{type(compiled).__name__} is not a trident-compiled function and the "
-                            "trident backend has compiled no graph yet")
-        return "\n".join(explain(g.scm) for g in GRAPHS)
+                            "trident backend holds no compiled graph")
+        return "\n".join(explain(g.scm) for g in graphs)
     c = controller(compiled)
     scm = c.scm
     n = scm.counters()

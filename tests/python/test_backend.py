@@ -8,7 +8,7 @@ import torch
 
 import trident
 from corpus import CORPUS, assert_tree_close, clone_tree, instantiate, tolerances
-from trident.backend import GRAPHS
+from trident.backend import GRAPHS, live_graphs
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CORPUS if not c.grad])
@@ -27,7 +27,7 @@ def test_corpus_through_backend_matches_eager(case):
         assert_tree_close(actual, expected, atol, rtol, path=f"{case.name}[seed={seed}] output",
                           check_requires_grad=False)
         assert_tree_close(fast_in, eager_in, atol, rtol, path=f"{case.name}[seed={seed}] inputs")
-    graphs = GRAPHS[first:]
+    graphs = live_graphs(GRAPHS[first:])
     assert graphs, "the trident backend compiled no graph"
     assert sum(g.scm.counters()["hits"] for g in graphs) >= 1
 
@@ -50,7 +50,7 @@ def test_graph_breaks_each_graph_is_its_own_module():
             x, y = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
             assert_tree_close(opt(x, y), f(x, y), 1e-5, 1e-5)
     assert len(GRAPHS) - first >= 2
-    assert all(g.scm.counters()["fallbacks"] == 0 for g in GRAPHS[first:])
+    assert all(g.scm.counters()["fallbacks"] == 0 for g in live_graphs(GRAPHS[first:]))
 
 
 def test_autograd_graphs_run_through_pytorch_with_correct_gradients():
@@ -71,7 +71,7 @@ def test_options_reach_the_graph_controller():
     first = len(GRAPHS)
     with torch.no_grad():
         opt(torch.randn(3))
-    assert GRAPHS[first].options.max_specializations == 3
+    assert GRAPHS[first]().options.max_specializations == 3
 
 
 def test_explain_reports_backend_graphs():
@@ -92,3 +92,20 @@ def test_backend_resolves_without_importing_trident_first():
             "assert 'trident' in sys.modules\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_graph_dynamo_drops_is_freed():
+    """GRAPHS refers to controllers weakly: once Dynamo lets a compiled graph go, its controller,
+    module and kept buffers go too (before, every graph of the process stayed alive)."""
+    import gc
+    torch._dynamo.reset()
+    opt = torch.compile(lambda x: torch.relu(x) * 3, backend="trident")
+    first = len(GRAPHS)
+    with torch.no_grad():
+        x = torch.randn(4)
+        torch.testing.assert_close(opt(x), torch.relu(x) * 3, rtol=0, atol=0)
+    assert len(live_graphs(GRAPHS[first:])) == 1
+    del opt
+    torch._dynamo.reset()
+    gc.collect()  # Dynamo's own caches hold cycles
+    assert live_graphs(GRAPHS[first:]) == []

@@ -169,3 +169,35 @@ def test_bound_method_follows_a_reassigned_parameter():
         torch.testing.assert_close(fast(x), m(x))
         m[2].weight = torch.nn.Parameter(torch.randn(4, 16))
         torch.testing.assert_close(fast(x), m(x))
+
+
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        return torch.relu(x @ self.w)
+
+
+def test_dropping_the_compiled_function_frees_it_and_its_module_at_once():
+    """No reference cycle between the callable and its controller: with the cycle collector off,
+    `del` frees the compiled function, its controller and the module, as eager's `del` would."""
+    import gc
+    import weakref
+
+    model = Holder()
+    fast = trident.compile(model)
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        for _ in range(2):  # a compile, then a hit
+            torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
+    refs = [weakref.ref(model), weakref.ref(trident.controller(fast)), weakref.ref(fast)]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del model, fast
+        assert [r() is None for r in refs] == [True, True, True]
+    finally:
+        if enabled:
+            gc.enable()

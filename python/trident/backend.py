@@ -35,6 +35,8 @@ GRAPHS: list[weakref.ref] = []
 def live_graphs(refs: list[weakref.ref] | None = None) -> list["GraphFunction"]:
     """The controllers among `refs` (default: all of GRAPHS) still alive, in compile order."""
     return [g for g in (r() for r in (GRAPHS if refs is None else refs)) if g is not None]
+
+
 _autograd_logged = False
 
 

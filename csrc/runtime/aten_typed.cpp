@@ -54,49 +54,50 @@ bool plans_are(const AtenSite& s, std::initializer_list<P> kinds) {
   return true;
 }
 
-// Allocation sites and ops with an out= variant hand out the site's kept buffer when `may_reuse`
-// and the buffer may serve this request (same key, nothing else holds it: buffer_reuse.h); `into`
-// then writes the result into it (nothing, for an allocation). Otherwise `fresh()` allocates and,
-// when `may_reuse`, its result is kept for the next call. A key holds everything the result's
+// Allocation sites and ops with an out= variant hand out a buffer the module kept when `may_reuse`
+// and one may serve this request (same key, nothing else holds it: buffer_reuse.h); `into` then
+// writes the result into it (nothing, for an allocation). Otherwise `fresh()` allocates and, when
+// `may_reuse`, its result is kept for later requests. A key holds everything the result's
 // sizes, strides, dtype and device are a function of, so a reused buffer is exactly the tensor the
 // functional op would return.
 template <typename Fresh, typename Into>
-void reuse_or_allocate(const AtenSite& s, trd_frame& f, const ReusableBuffer::Key& key, bool may_reuse,
+void reuse_or_allocate(const AtenSite& s, trd_frame& f, const ReusePool::Key& key, bool may_reuse,
                        Fresh fresh, Into into) {
-  if (at::Tensor* kept = may_reuse ? s.reuse.lookup(key) : nullptr) {
+  ReusePool& pool = f.module->reuse_pool();
+  if (at::Tensor* kept = may_reuse ? pool.take(s.reuse, key) : nullptr) {
     into(*kept);
     s.set_result(f, 0, *kept);
     return;
   }
   at::Tensor t = fresh();
-  if (may_reuse) s.reuse.keep(t, key, f.module->reuse_budget());
+  if (may_reuse) pool.keep(s.reuse, t, key);
   s.set_result(f, 0, std::move(t));
 }
 
 // out= ops reuse only in runs that record no autograd history: out= refuses inputs that require
 // grad, and a kept result must not hold a graph alive.
 template <typename Fresh, typename Into>
-void produce(const AtenSite& s, trd_frame& f, const ReusableBuffer::Key& key, Fresh fresh, Into into) {
+void produce(const AtenSite& s, trd_frame& f, const ReusePool::Key& key, Fresh fresh, Into into) {
   reuse_or_allocate(s, f, key, f.below_autograd, fresh, into);
 }
 
-void push_device(ReusableBuffer::Key& key, const at::Tensor& t) {
+void push_device(ReusePool::Key& key, const at::Tensor& t) {
   key.push_back(static_cast<int64_t>(t.scalar_type()));
   key.push_back(static_cast<int64_t>(t.device().type()));
   key.push_back(t.device().index());
 }
 
 // [n, k] @ [k, m] -> contiguous [n, m] in a's dtype on a's device.
-ReusableBuffer::Key matmul_key(const at::Tensor& a, int64_t m) {
-  ReusableBuffer::Key key{a.size(0), m};
+ReusePool::Key matmul_key(const at::Tensor& a, int64_t m) {
+  ReusePool::Key key{a.size(0), m};
   push_device(key, a);
   return key;
 }
 
 // Elementwise a (op) b: the result's layout follows the inputs' sizes and strides, its dtype their
 // promotion (wrapped numbers promote differently from 0-dim tensors).
-ReusableBuffer::Key binary_key(const at::Tensor& a, const at::Tensor& b) {
-  ReusableBuffer::Key key;
+ReusePool::Key binary_key(const at::Tensor& a, const at::Tensor& b) {
+  ReusePool::Key key;
   for (const at::Tensor* t : {&a, &b}) {
     key.push_back(t->dim());
     key.append(t->sizes().begin(), t->sizes().end());
@@ -187,7 +188,7 @@ void empty_like(const AtenSite& s, trd_frame& f, const int64_t*) {
   const auto& a = s.args;
   const at::Tensor& like = s.tensor(f, 0);
   // The result's metadata is a function of the template's sizes and strides and the constants.
-  ReusableBuffer::Key key(like.sizes().begin(), like.sizes().end());
+  ReusePool::Key key(like.sizes().begin(), like.sizes().end());
   key.append(like.strides().begin(), like.strides().end());
   push_device(key, like);
   reuse_or_allocate(
@@ -221,7 +222,7 @@ at::Tensor cuda_empty_fast(const AtenSite& s, c10::IntArrayRef sizes) {
 
 void empty_memory_format(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   const auto& a = s.args;
-  ReusableBuffer::Key key;
+  ReusePool::Key key;
   if (a[0].kind == P::Const) {
     for (int64_t v : a[0].constant.toIntList()) key.push_back(v);
   } else {

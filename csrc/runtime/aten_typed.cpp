@@ -286,25 +286,48 @@ at::Tensor transposed_weight(const AtenSite& s, const at::Tensor& w) {
     wt = at::_ops::t::call(w);
   return wt;
 }
+// A contiguous input of more than two dimensions: ATen's linear multiplies it flattened to 2-D
+// (matmul's fold: mm, then _unsafe_view to the result's shape; with a bias, 3-D input only:
+// _flatten_nd_linear's addmm, then view), so the same product runs here on the same flattened view
+// and the result takes the same shape, strides and view-ness.
+bool folds_to_2d(const at::Tensor& x, const at::Tensor& w, bool has_bias) {
+  return x.dim() >= 3 && w.dim() == 2 && x.layout() == c10::kStrided && w.layout() == c10::kStrided &&
+         x.is_contiguous() && (!has_bias || x.dim() == 3) && x.size(-1) == w.size(1);
+}
 void linear(const AtenSite& s, trd_frame& f, const int64_t*) {
-  const at::Tensor& x = s.tensor(f, 0);
   const at::Tensor& w = s.tensor(f, 1);
   const bool has_bias = s.args[2].kind == P::Tensor;
-  if (mm_shapes(x, w)) {
-    const at::Tensor wt = transposed_weight(s, w);
-    if (has_bias) {
-      const at::Tensor& bias = s.tensor(f, 2);
-      produce(s, f, matmul_key(x, w.size(0)), [&] { return at::_ops::addmm::call(bias, x, wt, 1, 1); },
-              [&](at::Tensor& out) { at::_ops::addmm_out::call(bias, x, wt, 1, 1, out); });
-    } else {
-      produce(s, f, matmul_key(x, w.size(0)), [&] { return mm_fresh(s, f, x, wt); },
-              [&](at::Tensor& out) { mm_into(s, f, x, wt, out); });
-    }
-    return;
+  const at::Tensor* x = &s.tensor(f, 0);
+  const bool fold = !mm_shapes(*x, w) && folds_to_2d(*x, w, has_bias);
+  if (!fold && !mm_shapes(*x, w)) {
+    std::optional<at::Tensor> bias;
+    if (has_bias) bias = s.tensor(f, 2);
+    return s.set_result(f, 0, at::_ops::linear::call(*x, w, bias));
   }
-  std::optional<at::Tensor> bias;
-  if (has_bias) bias = s.tensor(f, 2);
-  s.set_result(f, 0, at::_ops::linear::call(x, w, bias));
+  c10::SmallVector<int64_t, 6> out_sizes;
+  at::Tensor flat;
+  if (fold) {
+    out_sizes.assign(x->sizes().begin(), x->sizes().end() - 1);
+    int64_t rows = 1;  // not numel / k: k may be 0
+    for (int64_t d : out_sizes) rows *= d;
+    out_sizes.push_back(w.size(0));
+    const int64_t flat_sizes[2] = {rows, x->size(-1)};
+    flat = at::_ops::view::call(*x, c10::fromIntArrayRefSlow(flat_sizes));
+    x = &flat;
+  }
+  const at::Tensor wt = transposed_weight(s, w);
+  if (has_bias) {
+    const at::Tensor& bias = s.tensor(f, 2);
+    produce(s, f, matmul_key(*x, w.size(0)), [&] { return at::_ops::addmm::call(bias, *x, wt, 1, 1); },
+            [&](at::Tensor& out) { at::_ops::addmm_out::call(bias, *x, wt, 1, 1, out); });
+  } else {
+    produce(s, f, matmul_key(*x, w.size(0)), [&] { return mm_fresh(s, f, *x, wt); },
+            [&](at::Tensor& out) { mm_into(s, f, *x, wt, out); });
+  }
+  if (!fold) return;
+  at::Tensor& result = f.slots[s.result_slots[0]];
+  const auto sizes = c10::fromIntArrayRefSlow(out_sizes);
+  result = has_bias ? at::_ops::view::call(result, sizes) : at::_ops::_unsafe_view::call(result, sizes);
 }
 void slice(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   s.set_result(f, 0, at::_ops::slice_Tensor::call(s.tensor(f, 0), int_at(s, 1, dyn), opt_sym(s, 2, dyn),

@@ -113,9 +113,37 @@ def test_linear_of_a_2d_input_matches_eager_exactly_and_follows_weight_updates()
         torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
         model.b.weight.data = torch.randn(8, 24)  # new storage: the view is rebuilt
         torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
-        x3 = torch.randn(2, 5, 16)  # a 3-D input keeps ATen's linear
-        torch.testing.assert_close(fast(x3), model(x3), rtol=0, atol=0)
-        assert aten_calls(fast, x3, name="aten::linear") == 2
+        x3 = torch.randn(5, 2, 16).transpose(0, 1)  # a non-contiguous 3-D input keeps ATen's linear;
+        torch.testing.assert_close(fast(x3), model(x3), rtol=0, atol=0)  # relu's result is contiguous
+        assert aten_calls(fast, x3, name="aten::linear") == 1
+
+
+def test_linear_of_a_contiguous_nd_input_is_eager_linear_flattened():
+    """ATen's linear multiplies a contiguous N-D input flattened to 2-D (mm then _unsafe_view; with a
+    bias, 3-D only: addmm then view); trident runs the same product through its mm/addmm path:
+    same values, strides and view-ness, same gradients, and no aten::linear."""
+    torch.manual_seed(1)
+    for bias in (False, True):
+        layer = nn.Linear(16, 8, bias=bias)
+        fast = trident.compile(layer)
+        for shape in ((2, 3, 16), (2, 3, 16), (4, 1, 16), (2, 2, 3, 16)):
+            x = torch.randn(*shape)
+            with torch.no_grad():
+                got, want = fast(x), layer(x)
+                linears = aten_calls(fast, x, name="aten::linear")
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            assert got.stride() == want.stride() and (got._base is None) == (want._base is None)
+            assert linears == (1 if bias and len(shape) == 4 else 0), (bias, shape)  # 4-D with bias: ATen
+        grads = []
+        for run in (fast, layer):  # recording history: the same graph as eager's, the same gradients
+            x = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(2), requires_grad=True)
+            layer.zero_grad()
+            out = run(x)
+            out.square().sum().backward()
+            grads.append((type(out.grad_fn), x.grad, layer.weight.grad.clone()))
+        assert grads[0][0] is grads[1][0]
+        for g, w in zip(grads[0][1:], grads[1][1:]):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
 def test_run_below_autograd_keeps_eager_semantics():

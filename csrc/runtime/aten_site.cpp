@@ -4,6 +4,7 @@
 #include <ATen/ScalarOps.h>
 #include <c10/core/Device.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include "ir/text.h"
@@ -127,6 +128,41 @@ const at::Tensor& tensor_at(const trd_frame& f, const ir::Operand& loc) {
   if (loc.kind == K::Value) return f.slots[loc.i];
   if (loc.kind == K::ArgRef) return *f.args[loc.i];
   return f.state[loc.i];
+}
+
+std::string reuse_signature(const AtenSite& site) {
+  // Printed by hand: iostreams in this library crashed on the GPU machine's libstdc++ (a locale
+  // facet of another copy of the library), and IValue's printer is no contract.
+  std::string s = site.name;
+  for (const ArgPlan& p : site.args) {
+    s += '|' + std::to_string(static_cast<int>(p.kind));
+    if (p.kind != ArgPlan::Kind::Const) continue;
+    const c10::IValue& v = p.constant;
+    if (v.isNone()) {
+      s += ":none";
+    } else if (v.isBool()) {
+      s += v.toBool() ? ":true" : ":false";
+    } else if (v.isInt()) {
+      s += ":i" + std::to_string(v.toInt());
+    } else if (v.isDouble()) {
+      const double d = v.toDouble();
+      int64_t bits = 0;
+      std::memcpy(&bits, &d, sizeof bits);
+      s += ":d" + std::to_string(bits);
+    } else if (v.isString()) {
+      s += ":s" + v.toStringRef();
+    } else if (v.isDevice()) {
+      s += ":dev" + std::to_string(static_cast<int>(v.toDevice().type())) + "." + std::to_string(v.toDevice().index());
+    } else if (v.isIntList()) {
+      s += ":l";
+      for (int64_t x : v.toIntList()) s += "," + std::to_string(x);
+    } else if (v.isTensor() && v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+      s += ":w" + std::to_string(static_cast<int>(v.toTensor().scalar_type()));  // metadata, not value
+    } else {  // anything else: a kind of its own, shared with no site
+      s += ":site" + std::to_string(reinterpret_cast<uintptr_t>(&site));
+    }
+  }
+  return s;
 }
 
 const at::Tensor& AtenSite::tensor(const trd_frame& f, size_t k) const { return tensor_at(f, args[k].ref); }

@@ -39,8 +39,8 @@ struct AtenSite {
   std::vector<ArgPlan> args;
   std::vector<int32_t> result_slots;
   TypedFn typed = nullptr;          // set when a typed entry point serves this op and these operands
-  mutable ReusableBuffer reuse;     // allocation sites only: last call's buffer (buffer_reuse.h)
-  mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed.cpp)
+  mutable ReusePool::Site reuse;    // allocation sites only: their state in the module's pool (buffer_reuse.h)
+  mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed_gemm.cpp)
   std::shared_ptr<void> typed_handle;  // generic typed sites: their c10::TypedOperatorHandle
   std::shared_ptr<LtGemm> gemm;        // mm and linear sites: their cuBLASLt plan (lt_gemm.h)
 
@@ -59,6 +59,10 @@ struct AtenSite {
 AtenSite resolve_site(const ir::Instr& call);
 
 const at::Tensor& tensor_at(const trd_frame& f, const ir::Operand& loc);
+
+// The operator and its constant operands, printed: sites with equal signatures make results of the
+// same metadata from the same reuse key, so they may share kept buffers (buffer_reuse.h).
+std::string reuse_signature(const AtenSite& site);
 
 // Typed entry points (aten_typed.cpp): returns nullptr when none applies.
 TypedFn find_typed(AtenSite& site);

@@ -6,17 +6,13 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 #include <ATen/ops/add_ops.h>
-#include <ATen/ops/addmm_ops.h>
-#include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/empty_like_ops.h>
 #include <ATen/ops/empty_ops.h>
-#include <ATen/ops/mm_ops.h>
 #include <ATen/ops/mul_ops.h>
 #include <ATen/ops/view_ops.h>
 #include <ATen/ops/_unsafe_view_ops.h>
 #include <ATen/ops/copy_ops.h>
 #include <ATen/ops/expand_ops.h>
-#include <ATen/ops/linear_ops.h>
 #include <ATen/ops/permute_ops.h>
 #include <ATen/ops/reshape_ops.h>
 #include <ATen/ops/select_ops.h>
@@ -31,12 +27,21 @@
 #include <optional>
 
 #include "runtime/aten_site.h"
+#include "runtime/aten_typed_gemm.h"
 #include "runtime/loaded_module.h"
+#include "runtime/typed_produce.h"
 
 namespace trident::runtime {
 namespace {
 
-using P = ArgPlan::Kind;
+using typed::P;
+using typed::produce;
+using typed::push_device;
+using typed::reuse_or_allocate;
+using typed::mm;
+using typed::bmm;
+using typed::addmm;
+using typed::linear;
 
 bool plans_are_from(const AtenSite& s, size_t first, std::initializer_list<P> kinds) {
   if (s.args.size() != first + kinds.size()) return false;
@@ -54,49 +59,10 @@ bool plans_are(const AtenSite& s, std::initializer_list<P> kinds) {
   return true;
 }
 
-// Allocation sites and ops with an out= variant hand out the site's kept buffer when `may_reuse`
-// and the buffer may serve this request (same key, nothing else holds it: buffer_reuse.h); `into`
-// then writes the result into it (nothing, for an allocation). Otherwise `fresh()` allocates and,
-// when `may_reuse`, its result is kept for the next call. A key holds everything the result's
-// sizes, strides, dtype and device are a function of, so a reused buffer is exactly the tensor the
-// functional op would return.
-template <typename Fresh, typename Into>
-void reuse_or_allocate(const AtenSite& s, trd_frame& f, const ReusableBuffer::Key& key, bool may_reuse,
-                       Fresh fresh, Into into) {
-  if (at::Tensor* kept = may_reuse ? s.reuse.lookup(key) : nullptr) {
-    into(*kept);
-    s.set_result(f, 0, *kept);
-    return;
-  }
-  at::Tensor t = fresh();
-  if (may_reuse) s.reuse.keep(t, key, f.module->reuse_budget());
-  s.set_result(f, 0, std::move(t));
-}
-
-// out= ops reuse only in runs that record no autograd history: out= refuses inputs that require
-// grad, and a kept result must not hold a graph alive.
-template <typename Fresh, typename Into>
-void produce(const AtenSite& s, trd_frame& f, const ReusableBuffer::Key& key, Fresh fresh, Into into) {
-  reuse_or_allocate(s, f, key, f.below_autograd, fresh, into);
-}
-
-void push_device(ReusableBuffer::Key& key, const at::Tensor& t) {
-  key.push_back(static_cast<int64_t>(t.scalar_type()));
-  key.push_back(static_cast<int64_t>(t.device().type()));
-  key.push_back(t.device().index());
-}
-
-// [n, k] @ [k, m] -> contiguous [n, m] in a's dtype on a's device.
-ReusableBuffer::Key matmul_key(const at::Tensor& a, int64_t m) {
-  ReusableBuffer::Key key{a.size(0), m};
-  push_device(key, a);
-  return key;
-}
-
 // Elementwise a (op) b: the result's layout follows the inputs' sizes and strides, its dtype their
 // promotion (wrapped numbers promote differently from 0-dim tensors).
-ReusableBuffer::Key binary_key(const at::Tensor& a, const at::Tensor& b) {
-  ReusableBuffer::Key key;
+ReusePool::Key binary_key(const at::Tensor& a, const at::Tensor& b) {
+  ReusePool::Key key;
   for (const at::Tensor* t : {&a, &b}) {
     key.push_back(t->dim());
     key.append(t->sizes().begin(), t->sizes().end());
@@ -107,41 +73,6 @@ ReusableBuffer::Key binary_key(const at::Tensor& a, const at::Tensor& b) {
   return key;
 }
 
-bool mm_shapes(const at::Tensor& a, const at::Tensor& b) {
-  return a.dim() == 2 && b.dim() == 2 && a.layout() == c10::kStrided && b.layout() == c10::kStrided;
-}
-
-// a @ b for 2-D a and b: through the site's cuBLASLt plan when it serves the call (lt_gemm.h: same
-// bits as at::mm, less host time), else ATen. cuBLASLt only where no autograd history is recorded.
-void mm_into(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  if (!(f.below_autograd && s.gemm && s.gemm->run(a, b, out))) at::_ops::mm_out::call(a, b, out);
-}
-at::Tensor mm_fresh(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b) {
-  const c10::ScalarType dt = a.scalar_type();
-  if (f.below_autograd && s.gemm && s.gemm->state() != LtGemm::State::Declined && a.is_cuda() &&
-      (dt == c10::ScalarType::BFloat16 || dt == c10::ScalarType::Half)) {
-    at::Tensor out = at::detail::empty_generic({a.size(0), b.size(1)}, c10::GetAllocator(c10::DeviceType::CUDA),
-                                               c10::DispatchKeySet(c10::DispatchKey::CUDA), a.scalar_type(),
-                                               std::nullopt);
-    if (s.gemm->run(a, b, out)) return out;
-  }
-  return at::_ops::mm::call(a, b);
-}
-
-void mm(const AtenSite& s, trd_frame& f, const int64_t*) {
-  const at::Tensor& a = s.tensor(f, 0);
-  const at::Tensor& b = s.tensor(f, 1);
-  if (!mm_shapes(a, b)) return s.set_result(f, 0, at::_ops::mm::call(a, b));  // ATen reports the error
-  produce(s, f, matmul_key(a, b.size(1)), [&] { return mm_fresh(s, f, a, b); },
-          [&](at::Tensor& out) { mm_into(s, f, a, b, out); });
-}
-void bmm(const AtenSite& s, trd_frame& f, const int64_t*) {
-  s.set_result(f, 0, at::_ops::bmm::call(s.tensor(f, 0), s.tensor(f, 1)));
-}
-void addmm(const AtenSite& s, trd_frame& f, const int64_t*) {
-  s.set_result(f, 0, at::_ops::addmm::call(s.tensor(f, 0), s.tensor(f, 1), s.tensor(f, 2),
-                                           s.args[3].constant.toScalar(), s.args[4].constant.toScalar()));
-}
 void add_tensor(const AtenSite& s, trd_frame& f, const int64_t*) {
   const at::Tensor& a = s.tensor(f, 0);
   const at::Tensor& b = s.tensor(f, 1);
@@ -187,7 +118,7 @@ void empty_like(const AtenSite& s, trd_frame& f, const int64_t*) {
   const auto& a = s.args;
   const at::Tensor& like = s.tensor(f, 0);
   // The result's metadata is a function of the template's sizes and strides and the constants.
-  ReusableBuffer::Key key(like.sizes().begin(), like.sizes().end());
+  ReusePool::Key key(like.sizes().begin(), like.sizes().end());
   key.append(like.strides().begin(), like.strides().end());
   push_device(key, like);
   reuse_or_allocate(
@@ -221,7 +152,7 @@ at::Tensor cuda_empty_fast(const AtenSite& s, c10::IntArrayRef sizes) {
 
 void empty_memory_format(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   const auto& a = s.args;
-  ReusableBuffer::Key key;
+  ReusePool::Key key;
   if (a[0].kind == P::Const) {
     for (int64_t v : a[0].constant.toIntList()) key.push_back(v);
   } else {
@@ -271,40 +202,6 @@ std::optional<c10::SymInt> opt_sym(const AtenSite& s, size_t k, const int64_t* d
   return c10::SymInt(int_at(s, k, dyn));
 }
 
-// F.linear of a 2-D input is what ATen's own linear computes after two composite layers:
-// addmm(bias, x, w.t()) with a bias, matmul(x, w.t()) = mm(x, w.t()) without. Calling mm/addmm
-// directly skips linear, matmul, t and transpose dispatches; the transposed weight view is kept
-// per site for captured state (a parameter) and rebuilt whenever the weight's data pointer, dtype,
-// sizes or strides change; a weight passed as an argument is not kept (its memory is the caller's).
-at::Tensor transposed_weight(const AtenSite& s, const at::Tensor& w) {
-  if (s.args[1].ref.kind != ir::Operand::Kind::StateRef) return at::_ops::t::call(w);
-  at::Tensor& wt = s.view_cache;
-  if (!wt.defined() || wt.data_ptr() != w.data_ptr() || wt.scalar_type() != w.scalar_type() ||
-      wt.device() != w.device() || wt.size(0) != w.size(1) || wt.size(1) != w.size(0) ||
-      wt.stride(0) != w.stride(1) || wt.stride(1) != w.stride(0))
-    wt = at::_ops::t::call(w);
-  return wt;
-}
-void linear(const AtenSite& s, trd_frame& f, const int64_t*) {
-  const at::Tensor& x = s.tensor(f, 0);
-  const at::Tensor& w = s.tensor(f, 1);
-  const bool has_bias = s.args[2].kind == P::Tensor;
-  if (mm_shapes(x, w)) {
-    const at::Tensor wt = transposed_weight(s, w);
-    if (has_bias) {
-      const at::Tensor& bias = s.tensor(f, 2);
-      produce(s, f, matmul_key(x, w.size(0)), [&] { return at::_ops::addmm::call(bias, x, wt, 1, 1); },
-              [&](at::Tensor& out) { at::_ops::addmm_out::call(bias, x, wt, 1, 1, out); });
-    } else {
-      produce(s, f, matmul_key(x, w.size(0)), [&] { return mm_fresh(s, f, x, wt); },
-              [&](at::Tensor& out) { mm_into(s, f, x, wt, out); });
-    }
-    return;
-  }
-  std::optional<at::Tensor> bias;
-  if (has_bias) bias = s.tensor(f, 2);
-  s.set_result(f, 0, at::_ops::linear::call(x, w, bias));
-}
 void slice(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   s.set_result(f, 0, at::_ops::slice_Tensor::call(s.tensor(f, 0), int_at(s, 1, dyn), opt_sym(s, 2, dyn),
                                                   opt_sym(s, 3, dyn), c10::SymInt(int_at(s, 4, dyn))));

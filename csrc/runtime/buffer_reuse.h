@@ -1,20 +1,29 @@
-// Allocation sites that hand the same buffer out again on the next call.
+// Buffers a module keeps from one call to the next, shared by its allocation sites.
 //
 // Most tensors a decode step allocates are intermediates: torch.empty before a Triton kernel whose
-// output only the next op reads. An allocation site keeps the tensor it allocated and, on the next
-// call, returns it again instead of going through the caching allocator, when all of these hold:
-//   - the request is the same (sizes, or the template tensor's sizes and strides; the dtype, layout
-//     and device are the site's constants);
-//   - nothing but the site holds the tensor or its storage (TensorImpl and StorageImpl use counts
-//     are 1), so no output, view or earlier frame can observe the rewrite;
-//   - the buffer has never escaped a call: after every run the module drops, for good, the buffer of
-//     any site whose tensor is still held once the frame is gone (it was returned, or a returned
-//     view aliases it), so outputs are never recycled;
-//   - the current stream is the one of the previous use, so stream order makes the reuse safe
-//     exactly as the caching allocator's reuse of a freed block on the same stream is;
-//   - the buffer is at most kMaxBytes, and the module's reused buffers stay under kModuleBudget.
-// Runs of one module are serialized by the GIL (the hot path never releases it); a reentrant run
-// sees the outer run's reference (use count 2) and allocates normally.
+// output only the next op reads, or the result of an out= op. The module keeps such a tensor in a
+// pool after the call and, on a later request, hands it out again instead of going through the
+// caching allocator. Any allocation site may take any kept tensor, also one another site used
+// earlier in the same call: layer 1's intermediates take the buffers layer 0's have released, so the
+// pool holds about what eager has live at once, not one buffer per site. A kept tensor serves a
+// request when all of these hold:
+//   - the request is the same: the same kind of site (operator and constant operands, so the
+//     dtype, layout and device a site takes from its constants agree) and the same key (sizes, or
+//     the template tensor's or inputs' sizes and strides: what else the result's metadata depends on);
+//   - nothing but the pool holds the tensor or its storage (TensorImpl and StorageImpl use counts
+//     are 1), so no live value, output, view or earlier frame can observe the rewrite;
+//   - the current stream is the one of its last use, so stream order makes the reuse safe exactly
+//     as the caching allocator's reuse of a freed block on the same stream is;
+//   - the site asking has never handed out a buffer that escaped: after every run the pool drops,
+//     for good, any tensor still held once the frame is gone (it was returned, or a returned view
+//     aliases it), and the site that handed it out last allocates normally from then on, so
+//     outputs are never recycled;
+//   - the tensor is at most kMaxBytes, and the pool stays under kBudget.
+// Each site remembers the entry it took last (its hint) and tries it first, so a call that repeats
+// the last one finds every buffer at its hint; a site scans the pool only when its hint fails. An
+// entry no site points at any more is dropped. Runs of one module are serialized by the GIL (the
+// hot path never releases it); a reentrant run sees the outer run's references (use count 2) and
+// allocates normally.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,46 +31,53 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 namespace trident::runtime {
 
-class ReuseBudget {
+class ReusePool {
  public:
   static constexpr int64_t kMaxBytes = int64_t{16} << 20;
-  static constexpr int64_t kModuleBudget = int64_t{256} << 20;
-  bool reserve(int64_t bytes) {
-    if (bytes > kMaxBytes || used_ + bytes > kModuleBudget) return false;
-    used_ += bytes;
-    return true;
-  }
-  void give_back(int64_t bytes) { used_ -= bytes; }
-  int64_t used() const { return used_; }
-
- private:
-  int64_t used_ = 0;
-};
-
-class ReusableBuffer {
- public:
+  static constexpr int64_t kBudget = int64_t{256} << 20;
   using Key = c10::SmallVector<int64_t, 16>;
 
-  // The kept tensor if it may serve a request with this key now; nullptr otherwise.
-  at::Tensor* lookup(const Key& key);
-  // Keep a fresh allocation for the next call, when the budget allows and the site never escaped.
-  void keep(const at::Tensor& t, Key key, ReuseBudget& budget);
-  // After a run: drop the buffer for good if anything outside the site still holds it.
-  void check_escape(ReuseBudget& budget);
+  // One allocation site's state in the pool.
+  struct Site {
+    int32_t kind = -1;     // sites of one kind make the same result from the same key (set at load)
+    int32_t hint = -1;     // the entry it took or filled last
+    bool escaped = false;  // a buffer it handed out was still held after a run: it never reuses again
+  };
 
-  bool escaped() const { return escaped_; }
-  bool holding() const { return t_.defined(); }
+  // A kept tensor that may serve this request now (the site's hint first), or nullptr.
+  at::Tensor* take(Site& site, const Key& key);
+  // Keep a fresh allocation the site made after take() found nothing: in the site's own entry when
+  // no other site points at it and it is not in use, else in a new entry, budget permitting.
+  void keep(Site& site, const at::Tensor& t, Key key);
+  // After a run whose frame is gone: drop every tensor still held elsewhere, marking its site.
+  void check_escapes();
+
+  int64_t buffers() const;  // tensors kept now
+  int64_t bytes() const { return bytes_; }
 
  private:
-  void drop(ReuseBudget& budget);
-  at::Tensor t_;
-  Key key_;
-  std::optional<c10::Stream> stream_;
+  struct Entry {
+    at::Tensor t;                       // undefined: empty (dropped, or not yet filled)
+    int32_t kind = -1;
+    Key key;
+    std::optional<c10::Stream> stream;  // of its last use
+    int64_t bytes = 0;
+    int32_t pointing = 0;               // sites whose hint is this entry
+    Site* last = nullptr;               // the site that handed it out last
+  };
+  bool serves(const Entry& e, int32_t kind, const Key& key) const;
+  void point(Site& site, int32_t entry);
+  void empty(Entry& e);
+  int32_t new_entry();
+
+  std::vector<Entry> entries_;
+  std::vector<int32_t> vacant_;  // entries no site points at, for new_entry()
   int64_t bytes_ = 0;
-  bool escaped_ = false;
 };
 
 // The stream ATen work on `device` is queued on now; nullopt for devices without streams (CPU).

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <map>
+
 #include "ir/text.h"
 
 namespace trident::runtime {
@@ -32,10 +34,10 @@ std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path) {
     }
   }
   for (int32_t s = 0; s < mod->m_->nspecs; ++s) mod->outputs_.push_back(ir::parse_operand(mod->m_->outputs[s]));
-  mod->alloc_sites_.resize(mod->m_->nspecs);
-  for (int32_t k = 0; k < mod->m_->nsites; ++k)
-    if (!mod->is_launch(k) && mod->aten_site(k).may_reuse())
-      mod->alloc_sites_[mod->m_->site_spec[k]].push_back(mod->site_index_[k]);
+  std::map<std::string, int32_t> kinds;  // reuse_signature -> ReusePool kind
+  for (auto& site : mod->sites_)
+    if (site.may_reuse())
+      site.reuse.kind = kinds.emplace(reuse_signature(site), static_cast<int32_t>(kinds.size())).first->second;
   return mod;
 }
 
@@ -44,18 +46,13 @@ bool LoadedModule::run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64
   return m_->run[spec](runtime_table(), &f, leaves, out_ints) == 0;
 }
 
-void LoadedModule::finish_run(int32_t spec) const {
-  for (int32_t k : alloc_sites_[spec]) sites_[k].reuse.check_escape(reuse_budget_);
-}
+void LoadedModule::finish_run() const { reuse_pool_.check_escapes(); }
 
 LoadedModule::ReuseStats LoadedModule::reuse_stats() const {
   ReuseStats r;
-  for (const auto& spec : alloc_sites_)
-    for (int32_t k : spec) {
-      r.holding += sites_[k].reuse.holding();
-      r.escaped += sites_[k].reuse.escaped();
-    }
-  r.bytes = reuse_budget_.used();
+  for (const auto& site : sites_) r.escaped += site.reuse.escaped;
+  r.holding = reuse_pool_.buffers();
+  r.bytes = reuse_pool_.bytes();
   return r;
 }
 

@@ -39,11 +39,11 @@ class LoadedModule {
 
   // Runs the host program of `spec`. Returns false with f.error set when an op or launch failed.
   bool run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const;
-  // After a run of `spec` whose frame is gone: allocation sites whose buffer is still held elsewhere
-  // (an output, or a view of one) stop reusing it (buffer_reuse.h).
-  void finish_run(int32_t spec) const;
+  // After a run whose frame is gone: kept buffers still held elsewhere (an output, or a view of one)
+  // leave the pool, and the sites that handed them out stop reusing (buffer_reuse.h).
+  void finish_run() const;
 
-  ReuseBudget& reuse_budget() const { return reuse_budget_; }
+  ReusePool& reuse_pool() const { return reuse_pool_; }
   struct ReuseStats {
     int64_t holding = 0, escaped = 0, bytes = 0;
   };
@@ -62,8 +62,7 @@ class LoadedModule {
   std::vector<int32_t> site_index_;  // >= 0: index into sites_; < 0: -(index into launches_) - 1
   std::vector<std::unique_ptr<KernelInfo>> kernels_;
   std::vector<ir::Operand> outputs_;
-  std::vector<std::vector<int32_t>> alloc_sites_;  // per spec: indices into sites_ that may reuse
-  mutable ReuseBudget reuse_budget_;
+  mutable ReusePool reuse_pool_;  // shared by all specs' allocation sites
 };
 
 // The function table generated code calls (rt_table.cpp).

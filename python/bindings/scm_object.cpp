@@ -125,7 +125,7 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   else
     out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), st->state.data(), out_ints.data());
   for (auto& t : slots) t.reset();  // the frame is gone: what is still held now has escaped
-  mod.finish_run(spec);
+  mod.finish_run();
   return out;
 }
 

@@ -51,8 +51,9 @@ def controller(compiled) -> CompiledFunction:
 def counters(compiled) -> dict:
     """Integer counters of a compiled function: hits, misses, compiles, specializations, fallbacks,
     module_cache_loads (modules reused from the disk cache), compile_seconds (float), and the
-    allocation sites that hand their buffer out again on the next call: reused_buffers (sites holding
-    one now), escaped_buffers (sites that stopped because a result kept their buffer), reused_bytes;
+    buffers the module keeps for its allocation sites (shared by sites whose results are not alive at
+    once): reused_buffers (buffers kept now), escaped_buffers (sites that stopped reusing because a
+    result kept their buffer), reused_bytes;
     and the fp16/bf16 CUDA GEMM sites (mm, linear) that call cuBLASLt directly: cublaslt_gemms (after
     their first result matched at::mm bit for bit), cublaslt_declined (sites that went back to ATen),
     cublaslt_replayed (sites issuing their recorded cuBLASLt launches without cuBLASLt: same pointers as

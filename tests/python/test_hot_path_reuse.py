@@ -1,5 +1,5 @@
 """The hot path's shortcuts, each checked against eager and exact counters on CPU tensors:
-allocation sites that hand their buffer out again (csrc/runtime/buffer_reuse.h), F.linear of a 2-D
+buffers kept from call to call and shared by allocation sites (csrc/runtime/buffer_reuse.h), F.linear of a 2-D
 input through mm/addmm with a kept transposed weight view, and runs below the Autograd keys when
 the call cannot record history."""
 import torch
@@ -113,9 +113,37 @@ def test_linear_of_a_2d_input_matches_eager_exactly_and_follows_weight_updates()
         torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
         model.b.weight.data = torch.randn(8, 24)  # new storage: the view is rebuilt
         torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
-        x3 = torch.randn(2, 5, 16)  # a 3-D input keeps ATen's linear
-        torch.testing.assert_close(fast(x3), model(x3), rtol=0, atol=0)
-        assert aten_calls(fast, x3, name="aten::linear") == 2
+        x3 = torch.randn(5, 2, 16).transpose(0, 1)  # a non-contiguous 3-D input keeps ATen's linear;
+        torch.testing.assert_close(fast(x3), model(x3), rtol=0, atol=0)  # relu's result is contiguous
+        assert aten_calls(fast, x3, name="aten::linear") == 1
+
+
+def test_linear_of_a_contiguous_nd_input_is_eager_linear_flattened():
+    """ATen's linear multiplies a contiguous N-D input flattened to 2-D (mm then _unsafe_view; with a
+    bias, 3-D only: addmm then view); trident runs the same product through its mm/addmm path:
+    same values, strides and view-ness, same gradients, and no aten::linear."""
+    torch.manual_seed(1)
+    for bias in (False, True):
+        layer = nn.Linear(16, 8, bias=bias)
+        fast = trident.compile(layer)
+        for shape in ((2, 3, 16), (2, 3, 16), (4, 1, 16), (2, 2, 3, 16)):
+            x = torch.randn(*shape)
+            with torch.no_grad():
+                got, want = fast(x), layer(x)
+                linears = aten_calls(fast, x, name="aten::linear")
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            assert got.stride() == want.stride() and (got._base is None) == (want._base is None)
+            assert linears == (1 if bias and len(shape) == 4 else 0), (bias, shape)  # 4-D with bias: ATen
+        grads = []
+        for run in (fast, layer):  # recording history: the same graph as eager's, the same gradients
+            x = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(2), requires_grad=True)
+            layer.zero_grad()
+            out = run(x)
+            out.square().sum().backward()
+            grads.append((type(out.grad_fn), x.grad, layer.weight.grad.clone()))
+        assert grads[0][0] is grads[1][0]
+        for g, w in zip(grads[0][1:], grads[1][1:]):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
 def test_run_below_autograd_keeps_eager_semantics():
@@ -173,6 +201,77 @@ def test_out_variant_results_that_are_returned_are_fresh_every_call():
     assert outs[0][1].data_ptr() != outs[2][1].data_ptr()
     c = trident.counters(fast)
     assert (c["reused_buffers"], c["escaped_buffers"]) == (1, 2)  # mul is internal; add, mm returned
+
+
+def layers(x, a):
+    for _ in range(4):
+        x = (x + a) * a  # each layer's two intermediates die before the next layer's are made
+    return x.sum(0)
+
+
+def test_sites_whose_buffers_never_live_at_once_share_them():
+    """Eight out= sites, at most two of their results alive at once: the pool keeps two buffers,
+    as eager's allocator would have two blocks in use, not one per site."""
+    fast = trident.compile(layers)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        x, a = torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g)
+        torch.testing.assert_close(fast(x, a), layers(x, a), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"], c["reused_bytes"]) == (2, 0, 2 * 6 * 5 * 4)
+
+
+def test_shared_buffers_follow_a_dynamic_size():
+    fast = trident.compile(layers, dynamic=True)
+    g = torch.Generator().manual_seed(6)
+    for cols in (5, 5, 9, 9, 3):
+        x, a = torch.randn(6, cols, generator=g), torch.randn(6, cols, generator=g)
+        torch.testing.assert_close(fast(x, a), layers(x, a), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert c["specializations"] == 1
+    assert (c["reused_buffers"], c["escaped_buffers"], c["reused_bytes"]) == (2, 0, 2 * 6 * 3 * 4)
+
+
+def layers_out(x, a):
+    for _ in range(4):
+        x = (x + a) * a
+    return x  # the last mul's result leaves the call
+
+
+def test_a_returned_result_leaves_the_shared_pool():
+    """The last mul takes a buffer earlier muls shared; it is returned, so it leaves the pool and
+    that site allocates from then on; the other seven sites still share two buffers."""
+    fast = trident.compile(layers_out)
+    g = torch.Generator().manual_seed(7)
+    args = [(torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g)) for _ in range(4)]
+    outs = [fast(x, a) for x, a in args]
+    for (x, a), out in zip(args, outs):  # no later call wrote into an earlier result
+        torch.testing.assert_close(out, layers_out(x, a), rtol=0, atol=0)
+    assert len({o.data_ptr() for o in outs}) == len(outs)
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"], c["reused_bytes"]) == (2, 1, 2 * 6 * 5 * 4)
+
+
+def two_dtypes(x):
+    a = torch.empty(4, x.shape[1])
+    a[:2] = x
+    a[2:] = x
+    s = a.sum(0)
+    b = torch.empty(4, x.shape[1], dtype=torch.float64)  # a's sizes, a's buffer free: another dtype
+    b[:2] = x
+    b[2:] = x
+    return s, b.sum(0)
+
+
+def test_sites_that_make_other_dtypes_never_share_a_buffer():
+    fast = trident.compile(two_dtypes)
+    for x, _ in pairs():
+        got, want = fast(x), two_dtypes(x)
+        assert [t.dtype for t in got] == [torch.float32, torch.float64]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"], c["reused_bytes"]) == (2, 0, 4 * 8 * 4 + 4 * 8 * 8)
 
 
 def test_deterministic_fill_of_new_memory_turns_reuse_off():

@@ -27,9 +27,57 @@ def treespec_is_leaf(spec: pytree.TreeSpec) -> bool:
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
                    dynamic_shapes=None) -> "torch.export.ExportedProgram":
     """Dynamo-based capture to a functional ATen graph (torch.export, strict mode)."""
-    with capturing():  # run_decompositions functionalizes, so it analyses Triton kernels too
-        ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
-        return ep.run_decompositions({})
+    prev, _capture.installed = getattr(_capture, "installed", None), []
+    installed = _capture.installed
+    try:
+        with capturing():  # run_decompositions functionalizes, so it analyses Triton kernels too
+            ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
+            return ep.run_decompositions({})
+    finally:
+        _capture.installed = prev
+        _drop_compiled_graphs(installed)
+
+
+# Dynamo installs each graph it compiles as a global `__compiled_fn_<n>_<uuid>` in the namespace
+# of the frame it traced (OutputGraph.install_global_unsafe); a CleanupHook deletes it when that
+# frame's cache entry dies. Strict export's capture leaves no cache entry behind, so nothing ever
+# deletes it: the global keeps the captured GraphModule, whose _parameters and _buffers are the
+# module's own dicts, for the life of the process, and a dropped model's weights and KV cache stay
+# allocated (torch 2.13: in torch._dynamo.functional_export's namespace). trident never runs an
+# export's transformed bytecode, so after each export the graphs it installed are swapped for a stub
+# that says so; the names stay, for a CleanupHook that may still delete them.
+_COMPILED_FN_PREFIX = "__compiled_fn"
+
+
+def _dropped_export_graph(*args, **kwargs):
+    raise RuntimeError("trident released this torch.export capture's Dynamo graph after lowering it")
+
+
+def _install_global_recorder() -> bool:
+    try:
+        from torch._dynamo.output_graph import OutputGraph
+        orig = OutputGraph.install_global_unsafe
+    except (ImportError, AttributeError):
+        return False
+    if getattr(orig, "_trident_record", False):
+        return True
+
+    def install_global_unsafe(self, name, value):
+        orig(self, name, value)
+        installed = getattr(_capture, "installed", None)
+        if installed is not None and name.startswith(_COMPILED_FN_PREFIX):
+            installed.append((self.global_scope, name, value))
+
+    install_global_unsafe._trident_record = True
+    OutputGraph.install_global_unsafe = install_global_unsafe
+    return True
+
+
+def _drop_compiled_graphs(installed: list) -> None:
+    for scope, name, value in installed:
+        if scope.get(name) is value:
+            scope[name] = _dropped_export_graph
+    installed.clear()
 
 
 # Strict export makes Dynamo keep a *real* copy of every tensor it lifts (each parameter, buffer
@@ -143,10 +191,12 @@ _install_lock = threading.Lock()
 @contextlib.contextmanager
 def capturing():
     """What trident changes in torch while it captures (export, or the backend's AOT trace), and
-    only then: no real-value copies of lifted tensors, and scalar-correct Triton mutation analysis."""
+    only then: no real-value copies of lifted tensors, scalar-correct Triton mutation analysis, and
+    (during export_program) a record of the graphs Dynamo installs as globals."""
     with _install_lock:
         _install_real_value_alias()
         _install_ttir_scalar_fix()
+        _install_global_recorder()
     prev = getattr(_capture, "active", False)
     _capture.active = True
     try:

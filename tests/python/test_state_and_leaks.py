@@ -201,3 +201,40 @@ def test_dropping_the_compiled_function_frees_it_and_its_module_at_once():
     finally:
         if enabled:
             gc.enable()
+
+
+class Cached(torch.nn.Module):
+    """A module with a buffer updated in place, as a KV cache is."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 16))
+        self.register_buffer("cache", torch.zeros(4, 16))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, x @ self.w)
+        return self.cache.sum(0)
+
+
+def test_dropping_the_compiled_function_frees_the_module_state_it_captured():
+    """Nothing global keeps a captured module's parameters and buffers: once the module and the
+    compiled function are dropped, their memory is freed (strict export used to leave each
+    capture's graph, which refers to the module's tensors, in a module namespace of Dynamo's)."""
+    import gc
+    import weakref
+
+    import copy
+
+    model = Cached()
+    eager = copy.deepcopy(model)
+    fast = trident.compile(model)
+    with torch.no_grad():
+        # a compile, hits, then a second specialization
+        for x, pos in [(torch.randn(1, 16), torch.tensor([p])) for p in range(3)] + \
+                      [(torch.randn(2, 16), torch.tensor([0, 1]))]:
+            torch.testing.assert_close(fast(x, pos), eager(x, pos), rtol=0, atol=0)
+    torch.testing.assert_close(model.cache, eager.cache, rtol=0, atol=0)
+    refs = [weakref.ref(model.w), weakref.ref(model.cache)]
+    del model, fast
+    gc.collect()
+    assert [r() is None for r in refs] == [True, True]

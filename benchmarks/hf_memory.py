@@ -9,6 +9,7 @@ generation, memory still held after it, the peak of a second generation, and tri
     python3 benchmarks/hf_memory.py [--batches 1,8]
 """
 import argparse
+import gc
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ MIB = 2**20
 
 def measure(fn, gen, reset):
     """(peak of a first generation, held after it, peak of a second) in MiB above the baseline."""
+    gc.collect()  # earlier batches' dropped graphs (cycles) and the state they held, as worker.py
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()

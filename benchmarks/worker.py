@@ -7,6 +7,7 @@ budget (or by a crash) still leaves what it finished.
     python3 benchmarks/worker.py --mode compile --out r.json [--quick] [--deadline-s 120]
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -64,7 +65,11 @@ def env_info(device):
 
 
 def memory_reset(cfg):
+    """The baseline an entry's peak is read against. Garbage of earlier entries goes first: a
+    dropped compiled function's graphs (FX graphs are reference cycles, as torch.compile's are) and
+    the module state they refer to are freed by Python's cycle collector, not at `del`."""
     if cfg["cuda"]:
+        gc.collect()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         return torch.cuda.memory_allocated() / 2**20

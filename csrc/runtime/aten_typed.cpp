@@ -112,6 +112,33 @@ bool fills_uninitialized() {
   return ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory();
 }
 
+// torch.empty_like of a dense, non-overlapping strided tensor on the CPU or the current CUDA
+// device, with no option but the dtype: exactly what ATen's empty_like does for it (empty_strided
+// with the template's sizes and strides, whose CPU and CUDA kernels call these same functions),
+// without its two dispatcher calls. Anything else returns an undefined tensor
+// and the caller takes the dispatcher. Not for torch.use_deterministic_algorithms' fill (the caller).
+at::Tensor empty_like_fast(const AtenSite& s, const at::Tensor& like) {
+  const auto& a = s.args;
+  // (Named tensors, whose names empty_like would copy, never reach a site: export rejects them.)
+  if (like.layout() != c10::kStrided || !like.is_non_overlapping_and_dense() || like.is_quantized()) return {};
+  if (!a[1].constant.isNone() && !a[1].constant.isInt()) return {};
+  if (!a[2].constant.isNone() && static_cast<c10::Layout>(a[2].constant.toInt()) != c10::kStrided) return {};
+  if (!a[3].constant.isNone() && !(a[3].constant.isDevice() && a[3].constant.toDevice() == like.device())) return {};
+  if (!a[4].constant.isNone() && a[4].constant.toBool()) return {};
+  if (!a[5].constant.isNone() && static_cast<c10::MemoryFormat>(a[5].constant.toInt()) != c10::MemoryFormat::Preserve)
+    return {};
+  const at::ScalarType dtype =
+      a[1].constant.isNone() ? like.scalar_type() : static_cast<at::ScalarType>(a[1].constant.toInt());
+  const c10::DeviceType type = like.device().type();
+  if (type == c10::DeviceType::CUDA) {
+    if (c10::impl::getDeviceGuardImpl(type)->getDevice() != like.device()) return {};
+    return at::detail::empty_strided_generic(like.sizes(), like.strides(), c10::GetAllocator(type),
+                                             c10::DispatchKeySet(c10::DispatchKey::CUDA), dtype);
+  }
+  if (type == c10::DeviceType::CPU) return at::detail::empty_strided_cpu(like.sizes(), like.strides(), dtype);
+  return {};
+}
+
 // Allocation before a Triton kernel is the commonest op of all: skip the boxed path for it, and
 // hand out last call's buffer again when nothing else can see it (buffer_reuse.h).
 void empty_like(const AtenSite& s, trd_frame& f, const int64_t*) {
@@ -121,9 +148,12 @@ void empty_like(const AtenSite& s, trd_frame& f, const int64_t*) {
   ReusePool::Key key(like.sizes().begin(), like.sizes().end());
   key.append(like.strides().begin(), like.strides().end());
   push_device(key, like);
+  const bool fill = fills_uninitialized();
   reuse_or_allocate(
-      s, f, key, !fills_uninitialized(),
+      s, f, key, !fill,
       [&] {
+        at::Tensor t = fill ? at::Tensor() : empty_like_fast(s, like);
+        if (t.defined()) return t;
         return at::_ops::empty_like::call(like, opt_enum<at::ScalarType>(a[1].constant),
                                           opt_enum<at::Layout>(a[2].constant), opt_device(a[3].constant),
                                           opt_bool(a[4].constant), opt_enum<at::MemoryFormat>(a[5].constant));

@@ -1,7 +1,7 @@
 """The hot path's shortcuts, each checked against eager and exact counters on CPU tensors:
 buffers kept from call to call and shared by allocation sites (csrc/runtime/buffer_reuse.h), F.linear of a 2-D
-input through mm/addmm with a kept transposed weight view, and runs below the Autograd keys when
-the call cannot record history."""
+input through mm/addmm with a kept transposed weight view, runs below the Autograd keys when the
+call cannot record history, and fresh empty_like results made without the dispatcher."""
 import torch
 import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
@@ -285,3 +285,43 @@ def test_deterministic_fill_of_new_memory_turns_reuse_off():
     finally:
         torch.use_deterministic_algorithms(False)
     assert aten_calls(fast, x, y) == 0
+
+
+def doubled_like(x):
+    out = torch.empty_like(x)  # returned: a fresh tensor every call
+    out.copy_(x * 2)
+    return out
+
+
+def doubled_like_f64(x):
+    out = torch.empty_like(x, dtype=torch.float64)
+    out.copy_(x * 2)
+    return out
+
+
+def test_empty_like_of_a_dense_template_skips_the_dispatcher_and_matches_eager():
+    """A returned empty_like result is allocated every call; for a dense, non-overlapping template
+    that is ATen's empty_strided with the template's strides, made without dispatching empty_like.
+    Strides, dtype and values are eager's; other templates take the dispatcher."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 4, 5, 3, generator=g)
+    templates = {"contiguous": lambda: base[0].clone(), "transposed": lambda: base[0].clone().transpose(0, 2),
+                 "channels_last": lambda: base.clone(memory_format=torch.channels_last),
+                 "strided slice": lambda: base[0].clone()[:, ::2]}
+    for fn in (doubled_like, doubled_like_f64):
+        for name, make in templates.items():
+            x = make()
+            fast = trident.compile(fn)
+            for _ in range(2):  # a compile, then a hit
+                got, want = fast(x), fn(x)
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
+                assert (got.stride(), got.dtype) == (want.stride(), want.dtype), (fn.__name__, name)
+            dense = x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last) or name == "transposed"
+            assert aten_calls(fast, x, name="aten::empty_like") == (0 if dense else 1), (fn.__name__, name)
+            assert aten_calls(fn, x, name="aten::empty_like") == 1
+            torch.use_deterministic_algorithms(True)  # the fill needs ATen's own empty_like
+            try:
+                assert aten_calls(fast, x, name="aten::empty_like") == 1
+                torch.testing.assert_close(fast(x), fn(x), rtol=0, atol=0)
+            finally:
+                torch.use_deterministic_algorithms(False)

@@ -2,12 +2,25 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <cstdlib>
+
 namespace trident::runtime {
 namespace {
 
 bool held_elsewhere(const at::Tensor& t) { return t.use_count() != 1 || t.storage().use_count() != 1; }
 
 }  // namespace
+
+int64_t ReusePool::budget() {
+  static const int64_t bytes = [] {
+    const char* v = std::getenv("TRIDENT_KEPT_BYTES");
+    if (v == nullptr || *v == '\0') return kDefaultBudget;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    return *end == '\0' && n >= 0 ? static_cast<int64_t>(n) : kDefaultBudget;  // config.py raises first
+  }();
+  return bytes;
+}
 
 std::optional<c10::Stream> current_stream(c10::Device device) {
   if (device.is_cpu()) return std::nullopt;
@@ -39,7 +52,7 @@ void ReusePool::keep(Site& site, const at::Tensor& t, Key key) {
   const bool own = i >= 0 && entries_[i].pointing == 1 &&
                    !(entries_[i].t.defined() && held_elsewhere(entries_[i].t));
   if (own) empty(entries_[i]);
-  if (bytes_ + bytes > kBudget) return;
+  if (bytes_ + bytes > budget()) return;
   if (!own) {
     i = new_entry();
     point(site, i);

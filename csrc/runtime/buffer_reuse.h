@@ -18,7 +18,9 @@
 //     for good, any tensor still held once the frame is gone (it was returned, or a returned view
 //     aliases it), and the site that handed it out last allocates normally from then on, so
 //     outputs are never recycled;
-//   - the tensor is at most kMaxBytes, and the pool stays under kBudget.
+//   - the tensor is at most kMaxBytes, and the pool stays within budget() bytes: TRIDENT_KEPT_BYTES,
+//     read once (default kDefaultBudget; python/trident/config.py validates it at import). With 0
+//     the pool keeps nothing and every allocation site allocates on every call, as eager does.
 // Each site remembers the entry it took last (its hint) and tries it first, so a call that repeats
 // the last one finds every buffer at its hint; a site scans the pool only when its hint fails. An
 // entry no site points at any more is dropped. Runs of one module are serialized by the GIL (the
@@ -39,7 +41,8 @@ namespace trident::runtime {
 class ReusePool {
  public:
   static constexpr int64_t kMaxBytes = int64_t{16} << 20;
-  static constexpr int64_t kBudget = int64_t{256} << 20;
+  static constexpr int64_t kDefaultBudget = int64_t{256} << 20;
+  static int64_t budget();
   using Key = c10::SmallVector<int64_t, 16>;
 
   // One allocation site's state in the pool.

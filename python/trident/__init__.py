@@ -10,12 +10,14 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C, _state
 from .compiled import CompiledFunction
-from .config import Options
+from .config import Options, kept_bytes as _kept_bytes
 from .errors import MissPolicyError, TridentError, UnsupportedError
 from .explain import explain
 
 __all__ = ["compile", "counters", "explain", "TridentError", "UnsupportedError", "MissPolicyError", "Options"]
 __version__ = "0.1.0"
+
+_kept_bytes()  # a malformed TRIDENT_KEPT_BYTES fails at import, not silently in the native runtime
 
 _state.install_hooks()
 

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 #   trident's own Triton kernels, builtin_lower.py), "off", or "all" (any device; CPU tests).
 # TRIDENT_CUBLASLT_REPLAY: "0" turns off the replay of recorded cuBLASLt launches at GEMM sites whose
 #   pointers repeat (csrc/runtime/lt_gemm.h); read once, by the native runtime, at its first GEMM.
+# TRIDENT_KEPT_BYTES: how many bytes of intermediate buffers one compiled module may keep from one
+#   call to the next (csrc/runtime/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
+#   every allocation site allocates on every call, as eager does: less memory held between and
+#   during calls for one allocator round trip per site per call. Read once, by the native runtime;
+#   kept_bytes() rejects a malformed value at import.
 
 ON_MISS_POLICIES = ("compile", "error", "eager")
 
@@ -68,3 +73,16 @@ def triton_target():
         return GPUTarget(backend, int(arch), 32)
     import triton
     return triton.runtime.driver.active.get_current_target()
+
+
+DEFAULT_KEPT_BYTES = 256 << 20
+
+
+def kept_bytes() -> int:
+    """TRIDENT_KEPT_BYTES as the native runtime reads it (a decimal count of bytes, 0 or more)."""
+    raw = os.environ.get("TRIDENT_KEPT_BYTES", "")
+    if raw == "":
+        return DEFAULT_KEPT_BYTES
+    if not raw.isdigit():
+        raise ValueError(f"TRIDENT_KEPT_BYTES must be a number of bytes (0 or more), got {raw!r}")
+    return int(raw)

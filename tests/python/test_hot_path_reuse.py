@@ -2,6 +2,12 @@
 buffers kept from call to call and shared by allocation sites (csrc/runtime/buffer_reuse.h), F.linear of a 2-D
 input through mm/addmm with a kept transposed weight view, runs below the Autograd keys when the
 call cannot record history, and fresh empty_like results made without the dispatcher."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
 import torch
 import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
@@ -325,3 +331,35 @@ def test_empty_like_of_a_dense_template_skips_the_dispatcher_and_matches_eager()
                 torch.testing.assert_close(fast(x), fn(x), rtol=0, atol=0)
             finally:
                 torch.use_deterministic_algorithms(False)
+
+
+KEPT_BYTES_CHECK = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    import torch, trident
+    from test_hot_path_reuse import aten_calls, pairs, stacked_sum
+    fast = trident.compile(stacked_sum)
+    for x, y in pairs():
+        torch.testing.assert_close(fast(x, y), stacked_sum(x, y), rtol=0, atol=0)
+    c = trident.counters(fast)
+    print(c["reused_buffers"], c["reused_bytes"], aten_calls(fast, *pairs(1, seed=5)[0]))
+""")
+
+
+@pytest.mark.parametrize("kept_bytes, expected", [("", "1 128 0"), ("128", "1 128 0"), ("127", "0 0 1"),
+                                                  ("0", "0 0 1")])
+def test_kept_bytes_caps_what_a_module_keeps(kept_bytes, expected):
+    """TRIDENT_KEPT_BYTES (read once per process) caps the bytes a module keeps between calls; under
+    the one 4x8 fp32 buffer's 128 bytes, or 0, the site allocates on every call as eager does."""
+    code = KEPT_BYTES_CHECK.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRIDENT_KEPT_BYTES": kept_bytes}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[-2] == expected
+
+
+def test_malformed_kept_bytes_fails_at_import():
+    env = {**os.environ, "TRIDENT_KEPT_BYTES": "64MiB"}
+    r = subprocess.run([sys.executable, "-c", "import trident"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode != 0
+    assert "TRIDENT_KEPT_BYTES must be a number of bytes (0 or more), got '64MiB'" in r.stderr

@@ -27,8 +27,8 @@ def treespec_is_leaf(spec: pytree.TreeSpec) -> bool:
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
                    dynamic_shapes=None) -> "torch.export.ExportedProgram":
     """Dynamo-based capture to a functional ATen graph (torch.export, strict mode)."""
-    prev, _capture.installed = getattr(_capture, "installed", None), []
-    installed = _capture.installed
+    installed, prev = [], getattr(_capture, "installed", None)
+    _capture.installed = installed
     try:
         with capturing():  # run_decompositions functionalizes, so it analyses Triton kernels too
             ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
@@ -77,7 +77,6 @@ def _drop_compiled_graphs(installed: list) -> None:
     for scope, name, value in installed:
         if scope.get(name) is value:
             scope[name] = _dropped_export_graph
-    installed.clear()
 
 
 # Strict export makes Dynamo keep a *real* copy of every tensor it lifts (each parameter, buffer

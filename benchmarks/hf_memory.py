@@ -6,6 +6,12 @@ baseline, as in the suite's workers). Prints, in MiB above the baseline: the pea
 generation, memory still held after it, the peak of a second generation, and trident's kept buffers
 (counters' reused_bytes: the module's pool of kept buffers, csrc/runtime/buffer_reuse.h).
 
+Two measures of device memory: allocated (live tensors, what the suite's peak column reports) and
+reserved (the segments PyTorch's caching allocator took from the device, freed blocks it caches for
+reuse included: what the process occupies). Trident's kept buffers count as allocated, where eager's
+freed blocks only count as reserved, so the reserved peaks compare what each mode takes from the device.
+Unused cached segments are released before each baseline so both modes start from the same reserve.
+
     python3 benchmarks/hf_memory.py [--batches 1,8]
 """
 import argparse
@@ -22,18 +28,22 @@ MIB = 2**20
 
 
 def measure(fn, gen, reset):
-    """(peak of a first generation, held after it, peak of a second) in MiB above the baseline."""
+    """Allocated: (peak of a first generation, held after it, peak of a second); reserved: (peak of
+    the first, peak of the second); MiB above the baseline."""
     gc.collect()  # earlier batches' dropped graphs (cycles) and the state they held, as worker.py
     torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
+    torch.cuda.empty_cache()
+    base, base_res = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     torch.cuda.reset_peak_memory_stats()
     gen.run(fn, reset)
     torch.cuda.synchronize()
     first_peak, held = torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
+    first_res = torch.cuda.max_memory_reserved() - base_res
     torch.cuda.reset_peak_memory_stats()
     gen.run(fn, reset)
     torch.cuda.synchronize()
-    return first_peak / MIB, held / MIB, (torch.cuda.max_memory_allocated() - base) / MIB
+    second_peak, second_res = torch.cuda.max_memory_allocated() - base, torch.cuda.max_memory_reserved() - base_res
+    return [v / MIB for v in (first_peak, held, second_peak, first_res, second_res)]
 
 
 def main():
@@ -54,9 +64,10 @@ def main():
         compiled = trident.compile(step)
         tri = measure(compiled, gen, step.reset)
         c = trident.counters(compiled)
-        print(f"batch {batch}: MiB above baseline   first-gen peak   held after   second-gen peak")
-        print(f"  eager                           {eager[0]:10.2f} {eager[1]:12.2f} {eager[2]:14.2f}")
-        print(f"  trident                         {tri[0]:10.2f} {tri[1]:12.2f} {tri[2]:14.2f}")
+        print(f"batch {batch}: MiB above baseline    allocated: first-gen peak   held after   second-gen peak"
+              "    reserved: first-gen peak   second-gen peak")
+        for name, m in (("eager", eager), ("trident", tri)):
+            print(f"  {name:<30} {m[0]:26.2f} {m[1]:12.2f} {m[2]:17.2f} {m[3]:27.2f} {m[4]:17.2f}")
         print(f"  trident reused_bytes {c['reused_bytes'] / MIB:.2f} MiB in {c['reused_buffers']} buffers, "
               f"cublaslt_gemms {c['cublaslt_gemms']} declined {c['cublaslt_declined']} "
               f"replayed {c['cublaslt_replayed']}")

@@ -1,6 +1,9 @@
 #include "outputs.h"
 
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/python_variable.h>
+
+#include <utility>
 
 namespace trident::bindings {
 namespace {
@@ -10,13 +13,27 @@ PyObject* wrap(const at::Tensor& t) {
   return THPVariable_Wrap(t);  // new ref; the same Python object if this tensor already has one
 }
 
-}  // namespace
+// The Python objects made so far from moved-out slots, for a value the tree names again.
+using Wrapped = c10::SmallVector<std::pair<int64_t, PyObject*>, 4>;
 
-PyObject* build_output(const ir::Operand& o, const at::Tensor* slots, PyObject* const* arg_objects,
-                       const at::Tensor* state, const int64_t* out_ints) {
+PyObject* wrap_slot(at::Tensor* slots, int64_t i, Wrapped& wrapped) {
+  for (const auto& [slot, obj] : wrapped)
+    if (slot == i) {
+      Py_INCREF(obj);
+      return obj;
+    }
+  if (!slots[i].defined()) Py_RETURN_NONE;
+  // new ref; the tensor's own Python object if it has one (an argument returned through an op)
+  PyObject* obj = THPVariable_Wrap(std::move(slots[i]));
+  if (obj) wrapped.emplace_back(i, obj);  // borrowed: the tree being built holds it
+  return obj;
+}
+
+PyObject* build(const ir::Operand& o, at::Tensor* slots, PyObject* const* arg_objects, const at::Tensor* state,
+                const int64_t* out_ints, Wrapped& wrapped) {
   using K = ir::Operand::Kind;
   switch (o.kind) {
-    case K::Value: return wrap(slots[o.i]);
+    case K::Value: return wrap_slot(slots, o.i, wrapped);
     case K::StateRef: return wrap(state[o.i]);
     case K::ArgRef: Py_INCREF(arg_objects[o.i]); return arg_objects[o.i];
     case K::Sym: return PyLong_FromLongLong(out_ints[o.i]);
@@ -31,7 +48,7 @@ PyObject* build_output(const ir::Operand& o, const at::Tensor* slots, PyObject* 
       PyObject* c = o.kind == K::Tuple ? PyTuple_New(n) : PyList_New(n);  // new ref
       if (!c) return nullptr;
       for (Py_ssize_t k = 0; k < n; ++k) {
-        PyObject* item = build_output(o.items[k], slots, arg_objects, state, out_ints);
+        PyObject* item = build(o.items[k], slots, arg_objects, state, out_ints, wrapped);
         if (!item) { Py_DECREF(c); return nullptr; }
         if (o.kind == K::Tuple) PyTuple_SET_ITEM(c, k, item);  // steals item
         else PyList_SET_ITEM(c, k, item);
@@ -42,7 +59,7 @@ PyObject* build_output(const ir::Operand& o, const at::Tensor* slots, PyObject* 
       PyObject* d = PyDict_New();  // new ref
       if (!d) return nullptr;
       for (size_t k = 0; k < o.items.size(); ++k) {
-        PyObject* item = build_output(o.items[k], slots, arg_objects, state, out_ints);
+        PyObject* item = build(o.items[k], slots, arg_objects, state, out_ints, wrapped);
         if (!item || PyDict_SetItemString(d, o.keys[k].c_str(), item) < 0) {
           Py_XDECREF(item);
           Py_DECREF(d);
@@ -56,6 +73,14 @@ PyObject* build_output(const ir::Operand& o, const at::Tensor* slots, PyObject* 
       PyErr_SetString(PyExc_RuntimeError, "trident internal error: unexpected operand in an output tree");
       return nullptr;
   }
+}
+
+}  // namespace
+
+PyObject* build_output(const ir::Operand& tree, at::Tensor* slots, PyObject* const* arg_objects,
+                       const at::Tensor* state, const int64_t* out_ints) {
+  Wrapped wrapped;
+  return build(tree, slots, arg_objects, state, out_ints, wrapped);
 }
 
 }  // namespace trident::bindings

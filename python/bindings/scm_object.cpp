@@ -94,8 +94,8 @@ bool state_ok(ScmObject* self) {
 // True when this call cannot record autograd history: grad mode is off, or no tensor it reads
 // requires grad. The program then runs below the Autograd dispatch keys, as VariableType's own
 // kernels do (ADInplaceOrView stays on, so views and version counters behave as in eager).
-bool needs_no_autograd(const ScmState* st, const FlatArgs& flat) {
-  if (!at::GradMode::is_enabled()) return true;
+bool needs_no_autograd(const ScmState* st, const trd_call& call, const FlatArgs& flat) {
+  if (!call.grad_mode) return true;
   for (const auto& leaf : flat.leaves)
     if (leaf.kind == TRD_TENSOR && (leaf.flags & TRD_REQUIRES_GRAD)) return false;
   for (const auto& t : st->state)
@@ -103,7 +103,8 @@ bool needs_no_autograd(const ScmState* st, const FlatArgs& flat) {
   return true;
 }
 
-PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t spec, const FlatArgs& flat) {
+PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t spec, const trd_call& call,
+                   const FlatArgs& flat) {
   ScmState* st = self->st;
   int32_t nslots = mod.num_slots(spec);
   c10::SmallVector<at::Tensor, 32> slots(nslots);
@@ -114,7 +115,7 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   f.state = st->state.data();
   f.nargs = static_cast<int32_t>(flat.tensors.size());
   f.nstate = static_cast<int32_t>(st->state.size());
-  f.below_autograd = needs_no_autograd(st, flat);
+  f.below_autograd = needs_no_autograd(st, call, flat);
   std::optional<at::AutoDispatchBelowAutograd> below_autograd;
   if (f.below_autograd) below_autograd.emplace();
   const bool ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
@@ -143,7 +144,7 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
       int32_t spec = mod ? mod->select(call) : -1;
       if (spec >= 0) {
         ++st->hits;
-        return run_spec(self, *mod, spec, flat);
+        return run_spec(self, *mod, spec, call, flat);
       }
     }
     ++st->misses;
@@ -160,7 +161,7 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
       PyErr_SetString(PyExc_RuntimeError, ("trident internal error: " + why).c_str());
       return nullptr;
     }
-    return run_spec(self, *mod, spec, flat);
+    return run_spec(self, *mod, spec, call, flat);
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;

@@ -1,0 +1,53 @@
+"""The Python objects a compiled call returns: a value named several times in the output is one
+object, as in eager; a fresh result is held by nothing but the caller; an argument returned is the
+argument itself (python/bindings/outputs.cpp moves the frame's values into their objects)."""
+import gc
+import sys
+import weakref
+
+import torch
+
+import trident
+
+
+def named_three_times(x):
+    y = x * 2
+    return y, (y, x + 1), {"again": y}
+
+
+def test_a_value_returned_several_times_is_one_object_on_every_hit():
+    fast = trident.compile(named_three_times)
+    for _ in range(3):  # a compile, then hits
+        x = torch.randn(4, 3)
+        want = named_three_times(x)
+        got = fast(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got[0] is got[1][0] is got[2]["again"]
+        assert got[1][1] is not got[0]
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"], c["fallbacks"]) == (1, 2, 0)
+
+
+def fresh_and_argument(x):
+    return x.sin(), x
+
+
+def test_a_fresh_result_is_held_only_by_the_caller_and_an_argument_comes_back_as_itself():
+    fast = trident.compile(fresh_and_argument)
+    x = torch.randn(8)
+    for _ in range(3):
+        out, same = fast(x)
+        assert same is x
+        torch.testing.assert_close(out, x.sin(), rtol=0, atol=0)
+        # this frame's name and getrefcount's argument: no reference left behind in the module
+        assert sys.getrefcount(out) == 2
+        ref = weakref.ref(out)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            del out
+            assert ref() is None
+        finally:
+            if enabled:
+                gc.enable()
+    assert trident.counters(fast)["hits"] == 2

@@ -236,7 +236,8 @@ class CompiledFunction:
         """Hand the callable out. From then on the controller refers to it weakly: the callable
         alone keeps both alive (its miss handler is this controller's method), so dropping it frees
         both at once, with the function and module they hold, without waiting for the cycle
-        collector."""
+        collector. (The module's tensors are also referred to by the capture's fx graphs, which sit
+        in cycles of their own: those the collector frees, as it frees torch.compile's.)"""
         scm, self._held = self._held, None
         return scm
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 # TRIDENT_KEPT_BYTES: how many bytes of intermediate buffers one compiled module may keep from one
 #   call to the next (csrc/runtime/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
 #   every allocation site allocates on every call, as eager does: less memory held between and
-#   during calls for one allocator round trip per site per call. Read once, by the native runtime;
-#   kept_bytes() rejects a malformed value at import.
+#   during calls for one allocator round trip per site per call, and GEMM sites whose output lands
+#   at a new address no longer replay cuBLASLt's launches (the HF Llama at batch 1: 26% fewer
+#   tokens/s, benchmarks/NOTES.md session 9). Read once, by the native runtime; kept_bytes()
+#   rejects a malformed value at import.
 
 ON_MISS_POLICIES = ("compile", "error", "eager")
 

@@ -7,7 +7,11 @@ a third within a minute: two cases' figures from one run can differ by drift alo
 times the native floor and then every case under every mode, `cycles` times, in one process; a
 case's figure is the median over cycles of its time over the floor of the same cycle. Two cases of
 its own separate a launch from the allocation before it: `add_one_into` and `noop_into` write into
-an output they are given. A diagnostic for where per-call time goes, not part of the suite.
+an output they are given. Each cycle also times two Triton-ABI floors (native_floor.cu): `triton`,
+cuLaunchKernelEx of an empty kernel with add_one's parameters as Triton's launcher and trident issue
+it, and `params`, the same launch through cuLaunchKernel; they separate what a Triton launch costs
+the driver from the host work around it. A diagnostic for where per-call time goes, not part of the
+suite.
 """
 import argparse
 import statistics
@@ -58,22 +62,29 @@ def main():
                     f = modes.build(mode, fn)
                     f(*args)
                     built[(name, mode)] = (f, args)
-            floors, ratios, times = [], {k: [] for k in built}, {k: [] for k in built}
+            floors = {"plain": [], "triton": [], "params": []}
+            ratios = {k: [] for k in built}
+            abi_ratios = {k: [] for k in built}
+            times = {k: [] for k in built}
             for _ in range(a.cycles):
-                fl = timing.run_native_floor(exe, 5000, 5)
-                if fl["status"] != modes.OK:
-                    raise SystemExit(f"native floor failed: {fl['message']}")
-                floors.append(fl["us"])
+                for abi, got in floors.items():
+                    fl = timing.run_native_floor(exe, 5000, 5, abi=abi)
+                    if fl["status"] != modes.OK:
+                        raise SystemExit(f"native floor ({abi}) failed: {fl['message']}")
+                    got.append(fl["us"])
                 for key, (f, args) in built.items():
                     us, _ = timing.host_us_per_call(f, args, calls=a.calls, repeats=1, warmup=20)
                     times[key].append(us)
-                    ratios[key].append(us / fl["us"])
-    print(f"native floor, µs: median {statistics.median(floors):.2f} (min {min(floors):.2f}, max {max(floors):.2f}) "
-          f"over {a.cycles} cycles")
-    print(f"{'case':16s} {'mode':10s} {'µs median':>10s} {'min':>7s} {'max':>7s} {'x floor (same cycle)':>21s}")
+                    ratios[key].append(us / floors["plain"][-1])
+                    abi_ratios[key].append(us / floors["triton"][-1])
+    for abi, fl in floors.items():
+        print(f"native floor ({abi}), µs: median {statistics.median(fl):.2f} (min {min(fl):.2f}, "
+              f"max {max(fl):.2f}) over {a.cycles} cycles")
+    print(f"{'case':16s} {'mode':10s} {'µs median':>10s} {'min':>7s} {'max':>7s} {'x floor (same cycle)':>21s} "
+          f"{'x triton-ABI floor':>19s}")
     for (name, mode), ts in times.items():
         print(f"{name:16s} {mode:10s} {statistics.median(ts):10.2f} {min(ts):7.2f} {max(ts):7.2f} "
-              f"{statistics.median(ratios[(name, mode)]):21.2f}")
+              f"{statistics.median(ratios[(name, mode)]):21.2f} {statistics.median(abi_ratios[(name, mode)]):19.2f}")
 
 
 if __name__ == "__main__":

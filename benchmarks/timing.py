@@ -169,14 +169,15 @@ def build_native_floor(out_dir, timeout=120):
     return None, "nvcc failed: " + log[-2000:]
 
 
-def run_native_floor(exe, launches=20000, repeats=7, timeout=120):
+def run_native_floor(exe, launches=20000, repeats=7, timeout=120, abi="plain"):
     """Run the built native floor on timing_cpu(). Returns a dict with status "ok" and us (µs per
-    cuLaunchKernel of an empty kernel), or status "unavailable" and the reason."""
+    cuLaunchKernel of an empty kernel; with abi="triton", per cuLaunchKernelEx of an empty kernel
+    taking add_one's Triton parameters, native_floor.cu), or status "unavailable" and the reason."""
     cpu = timing_cpu()
     pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
     try:
-        run = subprocess.run([exe, str(launches), str(repeats)], capture_output=True, text=True, timeout=timeout,
-                             preexec_fn=pin)
+        run = subprocess.run([exe, str(launches), str(repeats), abi], capture_output=True, text=True,
+                             timeout=timeout, preexec_fn=pin)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"status": "unavailable", "message": f"{type(e).__name__}: {e}"}
     if run.returncode != 0:

@@ -7,6 +7,13 @@ Registered through the `torch_dynamo_backends` entry point (pyproject.toml), so 
 
 Inference is the supported mode. A graph whose inputs require grad while grad mode is on runs the
 Dynamo graph as is (eager ATen, correct gradients), logged once per process.
+
+Input mutations: AOTAutograd (keep_inference_input_mutations) ends the forward graph with
+`input.copy_(new_value)` for each input it mutates, `new_value` being functional (a KV cache write is
+`slice_scatter(cache, k, ...)`, a full copy of the cache). Those trailing copies become the input
+mutations of the program the lowering reads, as torch.export states them, so the backend's graphs
+get what trident.compile's do: the scatter re-inplaced (reinplace.py), no write-back copy, and the
+written inputs guarded against overlap (aliasing.py).
 """
 from __future__ import annotations
 
@@ -40,9 +47,36 @@ def live_graphs(refs: list[weakref.ref] | None = None) -> list["GraphFunction"]:
 _autograd_logged = False
 
 
-def _program(gm: fx.GraphModule):
+def _trailing_input_copies(gm: fx.GraphModule) -> list[str]:
+    """Turns the copies into inputs that end an AOTAutograd forward graph into outputs: each
+    `placeholder.copy_(value)` with no users, followed only by other such copies and the output,
+    placeholders distinct, is removed and `value` is returned ahead of the graph's outputs. Returns
+    the placeholders' names, in the order of those new outputs (none: the graph is unchanged)."""
+    nodes = list(gm.graph.nodes)
+    out_node = nodes[-1]
+    tail = []
+    for n in reversed(nodes[:-1]):
+        if not (n.op == "call_function" and n.target is torch.ops.aten.copy_.default and len(n.args) == 2
+                and not n.kwargs and not n.users and isinstance(n.args[0], fx.Node)
+                and n.args[0].op == "placeholder" and isinstance(n.args[1], fx.Node)):
+            break
+        tail.append(n)
+    tail.reverse()
+    targets = [n.args[0] for n in tail]
+    if not tail or len(set(targets)) != len(targets):
+        return []
+    values = [n.args[1] for n in tail]
+    out_node.args = (tuple(values) + tuple(out_node.args[0]),)
+    for n in tail:
+        gm.graph.erase_node(n)
+    gm.recompile()
+    return [t.name for t in targets]
+
+
+def _program(gm: fx.GraphModule, mutated: list[str]):
     """The fields of an ExportedProgram the lowering reads, for an AOTAutograd forward graph:
-    every placeholder is a user input, every output a user output of a flat tuple."""
+    every placeholder is a user input; the first len(mutated) outputs are the new values of the
+    placeholders named in `mutated` (_trailing_input_copies), the rest user outputs of a flat tuple."""
     inputs = []
     for n in gm.graph.nodes:
         if n.op != "placeholder":
@@ -54,9 +88,11 @@ def _program(gm: fx.GraphModule):
         inputs.append(InputSpec(kind=InputKind.USER_INPUT, arg=arg, target=None))
     (out_node,) = [n for n in gm.graph.nodes if n.op == "output"]
     outs = list(out_node.args[0])
-    outputs = [OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=f"out{i}"), target=None)
-               for i in range(len(outs))]
-    out_spec = pytree.tree_flatten(tuple(range(len(outs))))[1]
+    outputs = [OutputSpec(kind=OutputKind.USER_INPUT_MUTATION, arg=TensorArgument(name=outs[i].name), target=name)
+               for i, name in enumerate(mutated)]
+    outputs += [OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=f"out{i}"), target=None)
+                for i in range(len(outs) - len(mutated))]
+    out_spec = pytree.tree_flatten(tuple(range(len(outs) - len(mutated))))[1]
     return SimpleNamespace(graph=gm.graph, graph_module=gm, constants={}, state_dict={},
                            graph_signature=SimpleNamespace(input_specs=inputs, output_specs=outputs),
                            call_spec=SimpleNamespace(out_spec=out_spec))
@@ -69,6 +105,7 @@ class GraphFunction(CompiledFunction):
     def __init__(self, gm: fx.GraphModule, options: Options, name: str):
         super().__init__(gm, options)
         self.gm = gm
+        self.mutated = _trailing_input_copies(gm)  # once: later misses re-lower the converted graph
         self.name = name
         self.signature = None
         self.module = None
@@ -76,7 +113,7 @@ class GraphFunction(CompiledFunction):
     def _lower(self, args, kwargs, structure, leaves):
         leaf_of_input = [i if isinstance(a, torch.Tensor) else (i,) if type(a) is int else None
                          for i, a in enumerate(args)]
-        return lower(_program(self.gm), structure, leaves, leaf_of_input, torch.is_grad_enabled(),
+        return lower(_program(self.gm, self.mutated), structure, leaves, leaf_of_input, torch.is_grad_enabled(),
                      self._state_index, list(args))
 
 

@@ -109,3 +109,40 @@ def test_a_graph_dynamo_drops_is_freed():
     torch._dynamo.reset()
     gc.collect()  # Dynamo's own caches hold cycles
     assert live_graphs(GRAPHS[first:]) == []
+
+
+def test_input_mutations_are_written_in_place_as_trident_compile_writes_them():
+    """AOTAutograd ends the graph with `cache.copy_(slice_scatter(cache, ...))`; the backend hands the
+    lowering that as an input mutation, so the slice is written in place: no scatter (a full copy of
+    the cache) and no write-back copy, the results and the written input equal to eager's, also when
+    another argument is a view of the written input."""
+    torch._dynamo.reset()
+
+    def step(x, cache, pos: int):
+        cache[:, pos:pos + 1] = (x * 2).unsqueeze(1)
+        return cache[:, :pos + 1].sum(1) + x
+
+    opt = torch.compile(step, backend="trident")
+    first = len(GRAPHS)
+    g = torch.Generator().manual_seed(0)
+    cache = torch.randn(2, 8, 4, generator=g)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 4, generator=g)
+            want_cache, got_cache = cache.clone(), cache.clone()
+            want = step(x, want_cache, 5)
+            got = opt(x, got_cache, 5)
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            torch.testing.assert_close(got_cache, want_cache, rtol=0, atol=0)
+        graphs = live_graphs(GRAPHS[first:])
+        ir = "\n".join(gr.scm.ir() for gr in graphs)
+        assert "slice_scatter" not in ir
+        assert ir.count('"aten::copy_"') == 1, ir
+        assert sum(gr.scm.counters()["hits"] for gr in graphs) >= 2
+
+        # x overlapping the written cache: eager reads x before the write; so must the compiled step.
+        want_cache, got_cache = cache.clone(), cache.clone()
+        want = step(want_cache[:, 1], want_cache, 1)
+        got = opt(got_cache[:, 1], got_cache, 1)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(got_cache, want_cache, rtol=0, atol=0)

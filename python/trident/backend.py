@@ -47,13 +47,14 @@ def live_graphs(refs: list[weakref.ref] | None = None) -> list["GraphFunction"]:
 _autograd_logged = False
 
 
-def _trailing_input_copies(gm: fx.GraphModule) -> list[str]:
-    """Turns the copies into inputs that end an AOTAutograd forward graph into outputs: each
-    `placeholder.copy_(value)` with no users, followed only by other such copies and the output,
-    placeholders distinct, is removed and `value` is returned ahead of the graph's outputs. Returns
-    the placeholders' names, in the order of those new outputs (none: the graph is unchanged)."""
+def _input_mutations_as_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[str]]:
+    """The AOTAutograd forward graph `gm` as the lowering reads it, and the inputs it mutates. The
+    copies into inputs that end the graph (each `placeholder.copy_(value)` with no users, followed only
+    by other such copies and the output, placeholders distinct) are left out of a copy of the graph,
+    whose output returns their values ahead of the graph's own outputs; the names of those
+    placeholders, in that order, are returned with it. `gm` itself is not changed: a call trident
+    does not run natively (a fallback) runs it as it is, copies included."""
     nodes = list(gm.graph.nodes)
-    out_node = nodes[-1]
     tail = []
     for n in reversed(nodes[:-1]):
         if not (n.op == "call_function" and n.target is torch.ops.aten.copy_.default and len(n.args) == 2
@@ -61,22 +62,24 @@ def _trailing_input_copies(gm: fx.GraphModule) -> list[str]:
                 and n.args[0].op == "placeholder" and isinstance(n.args[1], fx.Node)):
             break
         tail.append(n)
-    tail.reverse()
-    targets = [n.args[0] for n in tail]
+    targets = [n.args[0] for n in reversed(tail)]
     if not tail or len(set(targets)) != len(targets):
-        return []
-    values = [n.args[1] for n in tail]
-    out_node.args = (tuple(values) + tuple(out_node.args[0]),)
-    for n in tail:
-        gm.graph.erase_node(n)
-    gm.recompile()
-    return [t.name for t in targets]
+        return gm, []
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in nodes[:-1]:
+        if n not in tail:
+            env[n] = graph.node_copy(n, lambda x: env[x])
+    values = [env[n.args[1]] for n in reversed(tail)]
+    outs = [fx.map_arg(o, lambda x: env[x]) for o in nodes[-1].args[0]]
+    graph.output(tuple(values) + tuple(outs))
+    return fx.GraphModule(gm, graph), [t.name for t in targets]
 
 
 def _program(gm: fx.GraphModule, mutated: list[str]):
     """The fields of an ExportedProgram the lowering reads, for an AOTAutograd forward graph:
     every placeholder is a user input; the first len(mutated) outputs are the new values of the
-    placeholders named in `mutated` (_trailing_input_copies), the rest user outputs of a flat tuple."""
+    placeholders named in `mutated` (_input_mutations_as_outputs), the rest user outputs of a flat tuple."""
     inputs = []
     for n in gm.graph.nodes:
         if n.op != "placeholder":
@@ -105,7 +108,7 @@ class GraphFunction(CompiledFunction):
     def __init__(self, gm: fx.GraphModule, options: Options, name: str):
         super().__init__(gm, options)
         self.gm = gm
-        self.mutated = _trailing_input_copies(gm)  # once: later misses re-lower the converted graph
+        self.lowered_gm, self.mutated = _input_mutations_as_outputs(gm)  # once, for every later miss
         self.name = name
         self.signature = None
         self.module = None
@@ -113,7 +116,7 @@ class GraphFunction(CompiledFunction):
     def _lower(self, args, kwargs, structure, leaves):
         leaf_of_input = [i if isinstance(a, torch.Tensor) else (i,) if type(a) is int else None
                          for i, a in enumerate(args)]
-        return lower(_program(self.gm, self.mutated), structure, leaves, leaf_of_input, torch.is_grad_enabled(),
+        return lower(_program(self.lowered_gm, self.mutated), structure, leaves, leaf_of_input, torch.is_grad_enabled(),
                      self._state_index, list(args))
 
 

@@ -146,3 +146,27 @@ def test_input_mutations_are_written_in_place_as_trident_compile_writes_them():
         got = opt(got_cache[:, 1], got_cache, 1)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         torch.testing.assert_close(got_cache, want_cache, rtol=0, atol=0)
+
+
+def test_a_graph_that_runs_eagerly_still_writes_its_inputs():
+    """The lowering reads the graph with its trailing input copies turned into outputs; a call the
+    graph runs eagerly (on_miss="eager" here, a cap or overlapping arguments elsewhere) runs the graph
+    AOTAutograd made, copies and outputs unchanged."""
+    torch._dynamo.reset()
+
+    def step(x, cache, pos: int):
+        cache[:, pos:pos + 1] = (x * 2).unsqueeze(1)
+        return cache[:, :pos + 1].sum(1) + x
+
+    opt = torch.compile(step, backend="trident", options={"on_miss": "eager"})
+    first = len(GRAPHS)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(2):
+            cache, x = torch.randn(2, 8, 4, generator=g), torch.randn(2, 4, generator=g)
+            want_cache, got_cache = cache.clone(), cache.clone()
+            torch.testing.assert_close(opt(x, got_cache, 5), step(x, want_cache, 5), rtol=0, atol=0)
+            torch.testing.assert_close(got_cache, want_cache, rtol=0, atol=0)
+    (graph,) = live_graphs(GRAPHS[first:])
+    c = graph.scm.counters()
+    assert (c["fallbacks"], c["compiles"]) == (2, 0), c

@@ -200,6 +200,7 @@ std::string c_expr(const ir::Expr& e) {
     case K::Or: return "(" + a(0) + " || " + a(1) + ")";
     case K::Max: return "trd_max(" + a(0) + ", " + a(1) + ")";
     case K::Min: return "trd_min(" + a(0) + ", " + a(1) + ")";
+    case K::Disjoint: return "trd_disjoint(" + a(0) + ", " + a(1) + ", " + a(2) + ", " + a(3) + ")";
   }
   return "0";
 }

@@ -44,6 +44,10 @@ int64_t eval(const ir::Expr& e, const trd_call& c) {
   if (e.kind == K::Field) return read_field(e.field, c);
   int64_t a = eval(*e.args[0], c);
   if (e.kind == K::Neg) return -a;
+  if (e.kind == K::Disjoint) {
+    const int64_t n = eval(*e.args[1], c), q = eval(*e.args[2], c), m = eval(*e.args[3], c);
+    return a + n <= q || q + m <= a;
+  }
   if (e.kind == K::Not) return !a;
   int64_t b = eval(*e.args[1], c);
   switch (e.kind) {

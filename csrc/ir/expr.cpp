@@ -96,6 +96,16 @@ class ExprParser {
       if (!accept(")")) fail("')'");
       return e;
     }
+    if (accept("disjoint")) {
+      if (!accept("(")) fail("'('");
+      std::vector<ExprPtr> a{disjunction()};
+      for (int i = 0; i < 3; ++i) {
+        if (!accept(",")) fail("','");
+        a.push_back(disjunction());
+      }
+      if (!accept(")")) fail("')'");
+      return node(K::Disjoint, std::move(a));
+    }
     for (auto [tok, k] : {std::pair<const char*, K>{"max", K::Max}, {"min", K::Min}}) {
       if (accept(tok)) {
         if (!accept("(")) fail("'('");
@@ -163,6 +173,9 @@ std::string print_expr(const Expr& e) {
     case K::Not: return "not (" + print_expr(*e.args[0]) + ")";
     case K::Max: return "max(" + print_expr(*e.args[0]) + ", " + print_expr(*e.args[1]) + ")";
     case K::Min: return "min(" + print_expr(*e.args[0]) + ", " + print_expr(*e.args[1]) + ")";
+    case K::Disjoint:
+      return "disjoint(" + print_expr(*e.args[0]) + ", " + print_expr(*e.args[1]) + ", " + print_expr(*e.args[2]) +
+             ", " + print_expr(*e.args[3]) + ")";
     default: return "(" + print_expr(*e.args[0]) + op_text(e.kind) + print_expr(*e.args[1]) + ")";
   }
 }

@@ -83,8 +83,10 @@ def _span_text(k: int, leaf: dict, itemsize: int) -> str:
     return f"{itemsize} * (1 + {terms})" if terms else str(itemsize)
 
 
-def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int]) -> list[str]:
-    """`guard expr` lines: no written tensor leaf overlaps another tensor leaf of its device.
+def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int],
+                unguarded: frozenset[int] = frozenset()) -> list[str]:
+    """`guard expr` lines: no written tensor leaf overlaps another tensor leaf of its device, except
+    the leaves in `unguarded` that are not written (the backend's parameters: backend.py).
     `itemsize`: bytes per element of each tensor leaf (from its traced value)."""
     tensors = [k for k, l in enumerate(leaves) if l["kind"] == 1 and 0 not in l["sizes"] and k in itemsize]
     lines = []
@@ -94,11 +96,12 @@ def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int])
         for b in tensors:
             if b == a or (b in written and b < a):
                 continue  # each pair once
+            if b in unguarded and b not in written:
+                continue
             la, lb = leaves[a], leaves[b]
             if (la["device_type"], la["device_index"]) != (lb["device_type"], lb["device_index"]):
                 continue
             lo, hi = min(a, b), max(a, b)
             span_lo, span_hi = _span_text(lo, leaves[lo], itemsize[lo]), _span_text(hi, leaves[hi], itemsize[hi])
-            lines.append(f'guard expr "((L{lo}.data_ptr + {span_lo}) <= L{hi}.data_ptr) or '
-                         f'((L{hi}.data_ptr + {span_hi}) <= L{lo}.data_ptr)"')
+            lines.append(f'guard expr "disjoint(L{lo}.data_ptr, {span_lo}, L{hi}.data_ptr, {span_hi})"')
     return lines

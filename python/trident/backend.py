@@ -13,7 +13,8 @@ Input mutations: AOTAutograd (keep_inference_input_mutations) ends the forward g
 `slice_scatter(cache, k, ...)`, a full copy of the cache). Those trailing copies become the input
 mutations of the program the lowering reads, as torch.export states them, so the backend's graphs
 get what trident.compile's do: the scatter re-inplaced (reinplace.py), no write-back copy, and the
-written inputs guarded against overlap (aliasing.py).
+written inputs guarded against overlapping the other tensor arguments but parameters, which Dynamo
+does not guard for aliasing either (aliasing.py, _unguarded_parameters).
 """
 from __future__ import annotations
 
@@ -117,7 +118,18 @@ class GraphFunction(CompiledFunction):
         leaf_of_input = [i if isinstance(a, torch.Tensor) else (i,) if type(a) is int else None
                          for i, a in enumerate(args)]
         return lower(_program(self.lowered_gm, self.mutated), structure, leaves, leaf_of_input, torch.is_grad_enabled(),
-                     self._state_index, list(args))
+                     self._state_index, list(args), _unguarded_parameters(args))
+
+
+def _unguarded_parameters(args) -> frozenset[int]:
+    """Leaves (here: argument positions) of the parameters among a graph's arguments, which the
+    arguments the graph writes are not guarded against overlapping, as Dynamo does not guard them
+    for aliasing either (torch._dynamo.config.skip_no_tensor_aliasing_guards_on_parameters, read at
+    each lowering; with it off, every pair is guarded). A decoder's graph takes its weights as
+    arguments: guarding its KV caches against each of them made thousands of guards."""
+    if not getattr(torch._dynamo.config, "skip_no_tensor_aliasing_guards_on_parameters", False):
+        return frozenset()
+    return frozenset(i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter))
 
 
 def _needs_autograd(example_inputs) -> bool:

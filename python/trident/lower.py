@@ -556,15 +556,16 @@ class _Lowerer:
 
 
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
-          state_index, leaf_values: list | None = None) -> Lowered:
-    """The full spec text: header, guards, kernels, body."""
+          state_index, leaf_values: list | None = None, unguarded: frozenset[int] = frozenset()) -> Lowered:
+    """The full spec text: header, guards, kernels, body. `unguarded`: tensor leaves that written
+    leaves are not guarded against overlapping (aliasing.guard_lines)."""
     lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values, grad_mode)
     body = lw.run()
     written = aliasing.written_leaves(ep, leaf_of_input)
     itemsize = {k: f.element_size() for k, f in lw.fakes.items() if isinstance(f, torch.Tensor)}
     lines = [f"spec 0 structure {_quote(structure)} {{"]
     lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards
-              + aliasing.guard_lines(written, leaves, itemsize)]
+              + aliasing.guard_lines(written, leaves, itemsize, unguarded)]
     lines += ["  " + k for k in body.kernels]
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")

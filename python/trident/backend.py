@@ -102,13 +102,23 @@ def _program(gm: fx.GraphModule, mutated: list[str]):
                            call_spec=SimpleNamespace(out_spec=out_spec))
 
 
+def _unguarded_parameters(args) -> frozenset[int]:
+    """Leaves (here: argument positions) of the parameters among a graph's arguments, which the
+    arguments the graph writes are not guarded against overlapping, as Dynamo does not guard them
+    for aliasing either (torch._dynamo.config.skip_no_tensor_aliasing_guards_on_parameters, read at
+    each lowering; with it off, every pair is guarded). A decoder's graph takes its weights as
+    arguments: guarding its KV caches against each of them made thousands of guards."""
+    if not getattr(torch._dynamo.config, "skip_no_tensor_aliasing_guards_on_parameters", False):
+        return frozenset()
+    return frozenset(i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter))
+
+
 class GraphFunction(CompiledFunction):
     """A controller whose capture is already done: the AOT forward graph. A miss (new sizes where
     the graph is symbolic, a new alignment) only re-lowers the graph with the call's guards."""
 
     def __init__(self, gm: fx.GraphModule, options: Options, name: str):
-        super().__init__(gm, options)
-        self.gm = gm
+        super().__init__(gm, options)  # self.fn: the graph as AOTAutograd made it, for eager calls
         self.lowered_gm, self.mutated = _input_mutations_as_outputs(gm)  # once, for every later miss
         self.name = name
         self.signature = None
@@ -119,17 +129,6 @@ class GraphFunction(CompiledFunction):
                          for i, a in enumerate(args)]
         return lower(_program(self.lowered_gm, self.mutated), structure, leaves, leaf_of_input, torch.is_grad_enabled(),
                      self._state_index, list(args), _unguarded_parameters(args))
-
-
-def _unguarded_parameters(args) -> frozenset[int]:
-    """Leaves (here: argument positions) of the parameters among a graph's arguments, which the
-    arguments the graph writes are not guarded against overlapping, as Dynamo does not guard them
-    for aliasing either (torch._dynamo.config.skip_no_tensor_aliasing_guards_on_parameters, read at
-    each lowering; with it off, every pair is guarded). A decoder's graph takes its weights as
-    arguments: guarding its KV caches against each of them made thousands of guards."""
-    if not getattr(torch._dynamo.config, "skip_no_tensor_aliasing_guards_on_parameters", False):
-        return frozenset()
-    return frozenset(i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter))
 
 
 def _needs_autograd(example_inputs) -> bool:

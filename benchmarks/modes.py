@@ -46,9 +46,16 @@ def build(mode, fn):
 def reset(mode):
     """Forget compiled frames between cases, so each case compiles afresh (and no recompile limit or
     automatic-dynamic decision carries over)."""
+    global _first_graph
     if mode != "eager":
         torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
+    if mode == "trident_backend":
+        from trident.backend import GRAPHS
+        _first_graph = len(GRAPHS)
+
+
+_first_graph = 0  # trident_backend: index in trident.backend.GRAPHS of the first graph since reset()
 
 
 def classify(mode, exc):
@@ -104,10 +111,21 @@ def dynamo_stats():
 
 
 def trident_counters(mode, compiled):
-    if mode != "trident":
-        return None
+    """trident.counters(compiled); for trident_backend, the integer counters summed over the graphs
+    the backend compiled since reset(), with their number as "graphs"."""
     try:
-        import trident
-        return dict(trident.counters(compiled))
+        if mode == "trident":
+            import trident
+            return dict(trident.counters(compiled))
+        if mode == "trident_backend":
+            from trident.backend import GRAPHS, live_graphs
+            graphs = live_graphs(GRAPHS[_first_graph:])
+            total = {"graphs": len(graphs)}
+            for g in graphs:
+                for k, v in g.scm.counters().items():
+                    if isinstance(v, int):
+                        total[k] = total.get(k, 0) + v
+            return total
     except Exception:  # noqa: BLE001  (counters are diagnostics only)
-        return None
+        pass
+    return None

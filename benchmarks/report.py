@@ -28,7 +28,10 @@ def _note(entry):
         parts.append(entry["message"].splitlines()[0][:110])
     c = entry.get("counters")
     if c:
-        parts.append("specs %s compiles %s fallbacks %s" % (c.get("specializations"), c.get("compiles"), c.get("fallbacks")))
+        graphs = f"graphs {c['graphs']} " if "graphs" in c else ""
+        parts.append(graphs + "specs %s compiles %s fallbacks %s kept %s escaped %s lt-replayed %s" % tuple(
+            c.get(k) for k in ("specializations", "compiles", "fallbacks", "reused_buffers", "escaped_buffers",
+                               "cublaslt_replayed")))
     d = entry.get("dynamo")
     if d:
         parts.append(" ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items()))
@@ -218,7 +221,7 @@ def compile_latency_table(results):
 
 def table(results):
     meta = results.get("meta", {})
-    env = meta.get("env", {})
+    env = meta.get("env") or {}   # None when no worker ran far enough to say
     title = (f"torch-trident benchmarks: {env.get('gpu', env.get('device', '?'))}, torch {env.get('torch', '?')}, "
              f"triton {env.get('triton', '?')}, {'quick' if meta.get('quick') else 'full'} run, "
              f"{meta.get('elapsed_s', 0):.0f} s, commit {meta.get('commit') or '?'}"

@@ -18,6 +18,10 @@
 //     for good, any tensor still held once the frame is gone (it was returned, or a returned view
 //     aliases it), and the site that handed it out last allocates normally from then on, so
 //     outputs are never recycled;
+//   - no Python dispatch mode (TorchDispatchMode) sees the run: a mode's Python code may keep any
+//     tensor the run makes (AOTAutograd runs a backend graph's first call under one that analyses
+//     custom ops), which would mark every allocation site escaped for good; such a run takes and
+//     keeps nothing (trd_frame::keeps_buffers);
 //   - the tensor is at most kMaxBytes, and the pool stays within budget() bytes: TRIDENT_KEPT_BYTES,
 //     read once (default kDefaultBudget; python/trident/config.py validates it at import). With 0
 //     the pool keeps nothing and every allocation site allocates on every call, as eager does.

@@ -21,5 +21,6 @@ struct trd_frame {
   int32_t nargs = 0;
   int32_t nstate = 0;
   bool below_autograd = false;              // the run cannot record autograd history (scm_object.cpp)
+  bool keeps_buffers = true;                // no Python dispatch mode sees the run (buffer_reuse.h)
   std::string error;                        // set by a failing runtime call
 };

@@ -13,8 +13,9 @@ namespace trident::runtime::typed {
 
 using P = ArgPlan::Kind;
 
-// Allocation sites and ops with an out= variant hand out a buffer the module kept when `may_reuse`
-// and one may serve this request (same key, nothing else holds it: buffer_reuse.h); `into` then
+// Allocation sites and ops with an out= variant hand out a buffer the module kept when `may_reuse`,
+// the run keeps buffers (f.keeps_buffers: no Python dispatch mode sees it, buffer_reuse.h) and one
+// may serve this request (same key, nothing else holds it: buffer_reuse.h); `into` then
 // writes the result into it (nothing, for an allocation). Otherwise `fresh()` allocates and, when
 // `may_reuse`, its result is kept for later requests. A key holds everything the result's
 // sizes, strides, dtype and device are a function of, so a reused buffer is exactly the tensor the
@@ -23,6 +24,7 @@ template <typename Fresh, typename Into>
 void reuse_or_allocate(const AtenSite& s, trd_frame& f, const ReusePool::Key& key, bool may_reuse,
                        Fresh fresh, Into into) {
   ReusePool& pool = f.module->reuse_pool();
+  may_reuse = may_reuse && f.keeps_buffers;
   if (at::Tensor* kept = may_reuse ? pool.take(s.reuse, key) : nullptr) {
     into(*kept);
     s.set_result(f, 0, *kept);

@@ -11,6 +11,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <memory>
@@ -116,6 +117,7 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   f.nargs = static_cast<int32_t>(flat.tensors.size());
   f.nstate = static_cast<int32_t>(st->state.size());
   f.below_autograd = needs_no_autograd(st, call, flat);
+  f.keeps_buffers = !c10::impl::TorchDispatchModeTLS::any_modes_set();
   std::optional<at::AutoDispatchBelowAutograd> below_autograd;
   if (f.below_autograd) below_autograd.emplace();
   const bool ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());

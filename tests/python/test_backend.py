@@ -198,3 +198,23 @@ def test_written_arguments_are_guarded_against_every_argument_but_parameters(ski
         torch.testing.assert_close(got_cache, want_cache, rtol=0, atol=0)
     ir = "\n".join(g.scm.ir() for g in live_graphs(GRAPHS[first:]))
     assert ir.count("disjoint(") == (1 if skip_params else 2), ir
+
+
+def test_a_backend_graph_keeps_its_buffers_after_its_first_call():
+    """AOTAutograd runs a graph's first call under a dispatch mode that analyses custom ops; that
+    call must not cost the graph's allocation sites their kept buffers (before: every site escaped)."""
+    torch._dynamo.reset()
+
+    def g(x, w):
+        return torch.mm(x + w, w).relu() * 3
+
+    opt = torch.compile(g, backend="trident")
+    first = len(GRAPHS)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for _ in range(3):
+            x, w = torch.randn(8, 8, generator=gen), torch.randn(8, 8, generator=gen)
+            torch.testing.assert_close(opt(x, w), g(x, w), rtol=0, atol=0)
+    (graph,) = live_graphs(GRAPHS[first:])
+    c = graph.scm.counters()
+    assert (c["reused_buffers"], c["escaped_buffers"]) == (2, 0), c

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import trident
 
@@ -58,6 +59,37 @@ def test_internal_buffer_is_reused_and_every_call_matches_eager():
     assert aten_calls(fast, x, y) == 0, "a hit allocated the internal buffer again"
     assert aten_calls(stacked_sum, x, y) == 1
     torch.testing.assert_close(fast(x, y), stacked_sum(x, y), rtol=0, atol=0)
+
+
+class KeepEverything(TorchDispatchMode):
+    """Holds every result of every op it sees, as a Python mode may."""
+
+    def __init__(self):
+        super().__init__()
+        self.kept = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.kept.append(out)
+        return out
+
+
+def test_a_run_under_a_python_dispatch_mode_takes_and_keeps_no_buffer():
+    """A dispatch mode's Python code may hold any tensor a run makes (AOTAutograd runs a backend
+    graph's first call under one): such a run neither hands out the kept buffer nor keeps its own,
+    so no site counts as escaped and reuse goes on once the mode is gone."""
+    fast = trident.compile(stacked_sum)
+    (x1, y1), (x2, y2), (x3, y3) = pairs()
+    torch.testing.assert_close(fast(x1, y1), stacked_sum(x1, y1), rtol=0, atol=0)
+    mode = KeepEverything()
+    with mode:
+        got = fast(x2, y2)
+    assert any(isinstance(t, torch.Tensor) and t.shape == (4, 8) for t in mode.kept), "the mode saw no allocation"
+    torch.testing.assert_close(got, stacked_sum(x2, y2), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["escaped_buffers"]) == (1, 0)
+    torch.testing.assert_close(fast(x3, y3), stacked_sum(x3, y3), rtol=0, atol=0)
+    assert aten_calls(fast, x3, y3) == 0, "after the mode's run the kept buffer is not handed out again"
 
 
 def test_returned_buffer_is_never_handed_out_again():

@@ -2,6 +2,7 @@
 ops a decode step is made of, and torch.profiler's table of the ATen ops one trident step runs.
 
     python benchmarks/profile_host.py [--layers N] [--out DIR]
+    python benchmarks/profile_host.py --hf [--batch B] [--out DIR]   # the HF Llama's step instead
 
 A diagnostic, not a benchmark of record: run.py's numbers are the ones quoted. Each line of the
 op table is one small function compiled alone, timed as run.py times per-call cases (wall time,
@@ -78,6 +79,65 @@ def submit_us_per_step(step, steps=4, repeats=50):
     return sorted(samples)[len(samples) // 2]
 
 
+def profile_tables(steps, device, pos_label):
+    """torch.profiler's tables (by host time, and by device time on CUDA) of 20 calls of each step."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    tables = []
+    for label, step in steps:
+        with profile(activities=acts) as prof:
+            for _ in range(20):
+                step()
+            timing.sync()
+        avg = prof.key_averages()
+        tables.append(f"torch.profiler, 20 {label} steps at {pos_label}, by host time:\n" +
+                      avg.table(sort_by="self_cpu_time_total", row_limit=25))
+        if device == "cuda":
+            tables.append(f"torch.profiler, 20 {label} steps at {pos_label}, by device time:\n" +
+                          avg.table(sort_by="self_device_time_total", row_limit=12))
+    return tables
+
+
+def hf_step_lines(opts, device):
+    """The HF Llama's decode step (hf_llama.FULL, Triton RMSNorm and SiLU on CUDA): wall time per
+    step, host submit time, device time (eager's step in a CUDA graph), whether a trident step
+    synchronizes with the device, and the profiler's tables."""
+    import hf_llama
+    import trident
+    cfg = hf_llama.FULL if device == "cuda" else hf_llama.TINY
+    model = hf_llama.build_model(cfg, device)
+    if device == "cuda":
+        hf_llama.use_kernels(model, triton=True)
+    step = hf_llama.DecodeStep(model, opts.batch, cfg.max_cache)
+    fast = trident.compile(step, max_specializations=4)
+    ids = torch.zeros((opts.batch, 1), dtype=torch.long, device=device)
+    at = min(100, cfg.max_cache - 1)
+    pos = torch.tensor([at], device=device)
+    eager_step, fast_step = (lambda: step(ids, pos)), (lambda: fast(ids, pos))
+    torch.testing.assert_close(fast_step(), eager_step(), rtol=0, atol=0)
+    name = f"HF step, {cfg.layers} layers, batch {opts.batch}"
+    e, t = time_pair(eager_step, (), fast_step, 100, 5)
+    lines = [f"{'step':28s} {'eager us':>9s} {'trident us':>10s}", f"{name:28s} {e:9.2f} {t:10.2f}"]
+    if device == "cuda":
+        se, st = submit_us_per_step(eager_step), submit_us_per_step(fast_step)
+        lines.append(f"host submit per step: eager {se:.2f} trident {st:.2f} us")
+        try:
+            lines.append(f"device time (eager step in a CUDA graph): {timing.graph_replay_us(eager_step)[0]:.2f} us")
+        except Exception as exc:  # noqa: BLE001  (a diagnostic says what failed and goes on)
+            lines.append(f"device time: the eager step does not capture: {type(exc).__name__}: {exc}"[:200])
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fast_step()
+            lines.append("a trident step does not synchronize (sync debug mode 'error')")
+        except RuntimeError as exc:
+            lines.append(f"a trident step synchronizes: {str(exc).splitlines()[0][:160]}")
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    ops = trident.controller(fast).last_ops[-1] if trident.controller(fast).last_ops else []
+    lines.append(f"host ops in the trident step: {len(ops)}; counters: {trident.counters(fast)}")
+    return lines + [""] + profile_tables((("trident", fast_step), ("eager", eager_step)), device, f"pos {at}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
@@ -85,10 +145,20 @@ def main():
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--pos", type=int, nargs="+", default=[100, 511], help="decode positions to time")
     ap.add_argument("--skip-ops", action="store_true")
+    ap.add_argument("--hf", action="store_true", help="profile the HF Llama's step (hf_llama.py) instead")
+    ap.add_argument("--batch", type=int, default=1, help="--hf: batch size")
     opts = ap.parse_args()
     import trident
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if opts.hf:
+        with torch.no_grad():
+            text = "\n".join(hf_step_lines(opts, device))
+        if opts.out:
+            os.makedirs(opts.out, exist_ok=True)
+            Path(opts.out, "profile_hf.txt").write_text(text)
+        print(text)
+        return
     dtype = torch.bfloat16
     lines = []
     with torch.no_grad():
@@ -129,20 +199,8 @@ def main():
         lines.append(f"host ops in the trident step: {len(ops)}; counters: {trident.counters(fast)}")
         for why, sites in trident._C.cublaslt_replay_refusals():
             lines.append(f"cuBLASLt sites not replaying ({sites}): {why}")
-        from torch.profiler import ProfilerActivity, profile
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-        tables = []
-        for label, step in (("trident", lambda: fast(x, caches, pos)), ("eager", lambda: model.decode_step(x, caches, pos))):
-            with profile(activities=acts) as prof:
-                for _ in range(20):
-                    step()
-                timing.sync()
-            avg = prof.key_averages()
-            tables.append(f"torch.profiler, 20 {label} steps at pos {pos}, by host time:\n" +
-                          avg.table(sort_by="self_cpu_time_total", row_limit=25))
-            if device == "cuda":
-                tables.append(f"torch.profiler, 20 {label} steps at pos {pos}, by device time:\n" +
-                              avg.table(sort_by="self_device_time_total", row_limit=12))
+        tables = profile_tables((("trident", lambda: fast(x, caches, pos)),
+                                 ("eager", lambda: model.decode_step(x, caches, pos))), device, f"pos {pos}")
         table = "\n\n".join(tables)
     text = "\n".join(lines) + "\n\n" + table
     if opts.out:

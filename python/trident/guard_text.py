@@ -56,7 +56,8 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
                 # the trace specialized (its expression is now a number) is guarded like a constant.
                 out += dim_guard(k, "ival", None, l["ival"], fake)
                 continue
-            out.append(f"guard L{k}.ival == {l['ival']}")
+            # an int the program holds as a constant is guarded at the value it was traced with
+            out.append(f"guard L{k}.ival == {fake if type(fake) is int else l['ival']}")
         elif l["kind"] == 3:
             # NaN equals nothing, itself included; "x != x" holds exactly for NaN.
             out.append(f"guard L{k}.fval != L{k}.fval" if math.isnan(l["fval"])

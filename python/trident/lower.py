@@ -468,7 +468,12 @@ class _Lowerer:
                             self.bind_symbols(leaf[0], node, val)
                             self.env[node] = val
                         else:
-                            self.env[node] = ispec.arg.value if hasattr(ispec.arg, "value") else val
+                            traced = ispec.arg.value if hasattr(ispec.arg, "value") else val
+                            self.env[node] = traced
+                            if type(traced) is int and leaf[0] not in self.fakes:
+                                # The program holds the traced value: guard that one, not this call's
+                                # (a capture reused for another value must be refused, then redone).
+                                self.fakes[leaf[0]] = traced
                         continue
                     v = self.value()
                     self.lines.append(f"{v} = arg {leaf}")

@@ -139,7 +139,9 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
   try {
     FlatArgs flat;
     bool native = flatten_args(args, nargs, kwnames, flat);
-    if (native && !st->state.empty() && !state_ok(self)) return nullptr;
+    // Also with no captured state: a program traced without a parameter or buffer is stale once
+    // one appears (the epoch says some module changed; state_ok compares nothing else then).
+    if (native && !state_ok(self)) return nullptr;
     if (native) {
       std::shared_ptr<const runtime::LoadedModule> mod = st->loaded;  // keeps it alive for this call
       trd_call call = make_call(flat);

@@ -1,7 +1,14 @@
 """Module state identity, kept cheap: the native hot path compares the metadata of each captured
 parameter and buffer, and a global epoch that these registration hooks bump whenever any module
-anywhere assigns a parameter, buffer or submodule. Only then does the cold path re-read attributes."""
+anywhere assigns a parameter, buffer or submodule. Only then does the cold path re-read attributes.
+
+torch's registration hooks do not run for what also changes a captured program: a parameter or
+buffer set to None, assigned over its slot or deleted, and train()/eval() (dropout and batch norm
+trace differently). So those nn.Module methods and assignments bump the epoch too; the cold path then compares the
+state and the modules' training flags with the capture's (CompiledFunction._on_state_change)."""
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -26,4 +33,34 @@ def install_hooks() -> None:
     m.register_module_parameter_registration_hook(_bump)
     m.register_module_buffer_registration_hook(_bump)
     m.register_module_module_registration_hook(_bump)
+    for name in ("train", "register_parameter", "register_buffer", "__delattr__"):
+        _bump_after(torch.nn.Module, name)
+    _bump_after_state_setattr(torch.nn.Module)
     _installed = True
+
+
+def _bump_after(cls, name: str) -> None:
+    original = getattr(cls, name)
+
+    @functools.wraps(original)
+    def wrapper(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        _bump()
+        return out
+
+    setattr(cls, name, wrapper)
+
+
+def _bump_after_state_setattr(cls) -> None:
+    """`module.name = value` where name is a parameter or buffer slot, None included: torch runs no
+    registration hook for a buffer assigned over an existing name."""
+    original = cls.__setattr__
+
+    @functools.wraps(original)
+    def wrapper(self, name, value):
+        original(self, name, value)
+        d = self.__dict__
+        if name in d.get("_buffers", ()) or name in d.get("_parameters", ()):
+            _bump()
+
+    cls.__setattr__ = wrapper

@@ -191,6 +191,16 @@ def capture_key(structure: str, leaves: list[dict], marks: set, grad_mode: bool)
     return structure, frozenset(marks), grad_mode, tuple(parts)
 
 
+def _module_layout(module) -> tuple | None:
+    """What a capture of `module` read besides its tensors' values: each submodule's training flag
+    and which parameters and buffers exist (one set to None or deleted drops out; one added to a
+    module traced without it comes in)."""
+    if module is None:
+        return None
+    return (tuple(m.training for m in module.modules()), tuple(n for n, _ in module.named_parameters()),
+            tuple(n for n, _ in module.named_buffers()))
+
+
 class CompiledFunction:
     def __init__(self, fn, options: Options):
         self.fn = fn
@@ -221,6 +231,7 @@ class CompiledFunction:
         # the values of symbolic sizes and ints (a Triton `% 16` or `== 1` specialization, a new
         # pointer alignment) is lowered again from the same program instead of exported again.
         self._captures: dict[tuple, object] = {}
+        self._layout = None  # _module_layout at the captures (None: no module, or none yet)
         # (structure, overlapping leaf pairs) -> why such calls run eagerly (aliasing.py)
         self._overlap_eager: dict[tuple, str] = {}
         scm = _C.SCM(self._on_miss, self._on_state_change)
@@ -429,8 +440,15 @@ class CompiledFunction:
                 f"{self.name}: export produced {n_user} user inputs for {len(leaf_of_input)} arguments; "
                 "argument structure not supported")
         _compat.forget_example_inputs(ep)
+        self._layout = _module_layout(self.module)
+        lowered = lowered_from(ep)
+        why = _C.spec_rejects(lowered.text, *args, **kwargs) if marks else ""
+        if why:
+            # A symbolic trace whose own assumptions exclude the example it was traced with (export
+            # can assume a range the example is outside of): the caller captures statically instead.
+            raise UnsupportedError(f"{self.name}: the symbolic capture does not accept its own example ({why})")
         self._captures[key] = ep
-        return lowered_from(ep)
+        return lowered
 
     # ---- module state ----------------------------------------------------------------------
     def _state_index(self, ref: StateRef) -> int:
@@ -465,11 +483,16 @@ class CompiledFunction:
                 except AttributeError:
                     invalid = True
                     continue
+                if not isinstance(now, torch.Tensor):  # a buffer set to None
+                    invalid = True
+                    continue
                 # Triton specializations may assume a state tensor's pointer is 16-byte aligned.
                 realigned = now.data_ptr() % 16 != ref.tensor.data_ptr() % 16
                 if now is not ref.tensor or state_key(now) != ref.shape_key or realigned:
                     ref.tensor = now
                     invalid = True
+            if self._layout is not None and self._layout != _module_layout(self.module):
+                invalid = True  # train()/eval(), or a parameter or buffer that came or went
             if invalid:
                 log.info("trident: %s: module state changed; dropping %d specializations",
                          self.name, self.scm.counters()["specializations"])
@@ -477,4 +500,5 @@ class CompiledFunction:
                 self.state.clear()
                 self._state_keys.clear()
                 self._captures.clear()
+                self._layout = None
             self.scm.set_state([r.tensor for r in self.state])

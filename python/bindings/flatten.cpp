@@ -1,6 +1,7 @@
 #include "flatten.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -122,6 +123,16 @@ bool fill_tensor_leaf(const at::Tensor& t, trd_leaf& leaf) {
 }
 
 bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, FlatArgs& out) {
+  // Under torch.autocast no specialization applies: one traced with autocast bakes its casts in,
+  // one traced without it runs typed paths (cuBLASLt, builtin kernels) that autocast never sees.
+  // Such calls go to the cold path, which runs the function eagerly and says why.
+  // (Autocast's keys are excluded by default, enabling it for a device un-excludes that device's:
+  // compared with the default rather than assumed, so a torch that excludes fewer stays correct.)
+  const c10::DispatchKeySet autocast = c10::autocast_dispatch_keyset;
+  if ((c10::impl::tls_local_dispatch_key_set().excluded_ & autocast) != (c10::default_excluded_set & autocast)) {
+    out.unsupported = "torch.autocast is enabled, which trident does not compile for";
+    return false;
+  }
   for (Py_ssize_t k = 0; k < nargs; ++k)
     if (!add(args[k], out, 0)) {
       out.unsupported = "argument " + std::to_string(k) + ": " + out.unsupported;

@@ -515,10 +515,10 @@ class _Lowerer:
                 builtin_lower.flush(self)
                 outs = list(node.args[0])
                 written = self.write_back(outs, sig)
-                # Returning a mutated input returns the input itself, as eager does (same object).
-                user = [written.get(o, o) if isinstance(o, fx.Node) else o
-                        for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
-                tree = self.output_tree(self.ep.call_spec.out_spec, [self.operand(node, o) for o in user])
+                # Returning a mutated input returns the input itself, as eager does (same object),
+                # and a view of one is that view of the input.
+                user = [o for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+                tree = self.output_tree(self.ep.call_spec.out_spec, [self.output_operand(o, written) for o in user])
                 self.lines.append(f"return {tree}")
             else:
                 self.fail(node, f"node kind {node.op}")
@@ -536,6 +536,31 @@ class _Lowerer:
             if tensor is None:
                 tensor = self.ep.constants.get(ispec.target)  # non-persistent buffers
         return StateRef(kind, ispec.target, tensor)
+
+    def output_operand(self, o, written: dict) -> str:
+        """A returned value: the input itself for an input's new value; for a chain of views of one,
+        the same views taken of the input after its write-back (eager returns views of x after
+        `x.mul_(2)`; the functional graph views the new value, which is a separate tensor here)."""
+        if not isinstance(o, fx.Node):
+            return self.operand(o, o)
+        if o in written:
+            return self.operand(o, written[o])
+        chain, root = [], o
+        while (root not in written and root.op == "call_function" and isinstance(root.target, torch._ops.OpOverload)
+               and lazy_views.qualified(root.target) in lazy_views.VIEW_OPS and root.args
+               and isinstance(root.args[0], fx.Node)):
+            chain.append(root)
+            root = root.args[0]
+        if root not in written or not chain:
+            return self.operand(o, o)
+        value = self.operand(root, written[root])
+        for view in reversed(chain):
+            args = self.schema_args(view, view.target._schema)
+            operands = [value] + [self.operand(view, a) for a in args[1:]]
+            value = self.value()
+            self.lines.append(f"{value} = call {_quote(lazy_views.qualified(view.target))} ({', '.join(operands)})")
+            self.ops.append(lazy_views.qualified(view.target))
+        return value
 
     def write_back(self, outs, sig) -> dict:
         """Inputs and buffers the program mutated get their new value copied in place.

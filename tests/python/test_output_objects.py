@@ -51,3 +51,28 @@ def test_a_fresh_result_is_held_only_by_the_caller_and_an_argument_comes_back_as
             if enabled:
                 gc.enable()
     assert trident.counters(fast)["hits"] == 2
+
+
+def scaled_flat(x):
+    x.mul_(2)
+    return x.view(-1)
+
+
+def bumped_views(x):
+    x.add_(1)
+    return x[0], x.t()[1:]
+
+
+def test_a_view_of_a_mutated_argument_is_a_view_of_the_argument_as_in_eager():
+    """Not a view of a separate new value: writing through the result writes the argument."""
+    for fn in (scaled_flat, bumped_views):
+        fast = trident.compile(fn)
+        for _ in range(2):  # the capturing call and a hit
+            x, y = torch.ones(2, 2), torch.ones(2, 2)
+            got, want = fast(x), fn(y)
+            got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+            for a, b in zip(got, want):
+                assert torch.equal(a, b) and a.stride() == b.stride(), fn.__name__
+                assert a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr(), fn.__name__
+            got[0].view(-1)[0], want[0].view(-1)[0] = 100.0, 100.0
+            assert torch.equal(x, y), fn.__name__

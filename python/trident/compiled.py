@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import threading
 import types
 import warnings
@@ -95,6 +96,22 @@ def _reached_state(fn) -> dict:
 
     visit(fn, "", 0)
     return found
+
+
+def _capture_reason(e: Exception) -> str:
+    """The failure in a line. Where Dynamo reports that running an op on fake tensors raised (the
+    call's own error: `x * None`, a view of the wrong size), that error, as eager would name it."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines()]
+    first = f"{type(e).__name__}: {lines[0] if lines else ''}"
+    explanation = next((ln for ln in lines if ln.startswith("Explanation:")), "")
+    m = re.search(r": (call_\w+ [^(]*)\(.*: got (\w+)\((.*)\)$", explanation)
+    if not m:
+        return first
+    op, kind, text = m.group(1), m.group(2), m.group(3)
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]
+    text = text.replace("\\'", "'").replace("FakeTensor", "Tensor")
+    return f"{kind}: {text} (in {op}; the call would fail the same way eagerly)"
 
 
 def _capture_hint(e: Exception) -> str:
@@ -431,8 +448,7 @@ class CompiledFunction:
             raise
         except Exception as e:  # capture failures name the construct; keep the original as cause
             raise UnsupportedError(
-                f"{self.name}: capture failed, so this call cannot be compiled: "
-                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                f"{self.name}: capture failed, so this call cannot be compiled: {_capture_reason(e)}"
                 f"{_capture_hint(e)}") from e
         n_user = sum(1 for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT")
         if n_user != len(leaf_of_input):

@@ -369,3 +369,17 @@ def test_string_mode_argument():
                     continue
             assert_tree_close(actual, expected, 1e-6, 1e-6, path=f"mode={mode!r}")
         assert_valid_call(fast, fn, (randn(2, 3, seed=5), None))
+
+
+@pytest.mark.parametrize("fn, args, says", [
+    (lambda x, y: x * y, (torch.randn(3), None), "TypeError: unsupported operand type(s) for *: 'Tensor' and 'NoneType'"),
+    (lambda x: x.view(5, -1), (torch.randn(12),), "RuntimeError: shape '[5, -1]' is invalid for input of size 12"),
+])
+def test_a_capture_that_fails_on_the_calls_own_error_names_that_error(fn, args, says):
+    """Not Dynamo's "RuntimeError when making fake tensor call": the error eager would raise."""
+    with pytest.raises(Exception):
+        fn(*args)  # sanity: eager fails too
+    fast = trident.compile(fn)
+    with pytest.raises(trident.UnsupportedError) as info:
+        fast(*args)
+    assert says in str(info.value) and "would fail the same way eagerly" in str(info.value), str(info.value)

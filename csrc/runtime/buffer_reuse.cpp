@@ -1,5 +1,6 @@
 #include "runtime/buffer_reuse.h"
 
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdlib>
@@ -28,7 +29,10 @@ std::optional<c10::Stream> current_stream(c10::Device device) {
 }
 
 bool ReusePool::serves(const Entry& e, int32_t kind, const Key& key) const {
-  return e.t.defined() && e.kind == kind && e.key == key && !held_elsewhere(e.t) && current_stream(e.t.device()) == e.stream;
+  // An inference tensor (made under torch.inference_mode) cannot be written outside it, and a run
+  // under it makes inference tensors: a buffer serves runs of the mode it was made in.
+  return e.t.defined() && e.kind == kind && e.key == key && !held_elsewhere(e.t) &&
+         current_stream(e.t.device()) == e.stream && e.t.is_inference() == c10::InferenceMode::is_enabled();
 }
 
 at::Tensor* ReusePool::take(Site& site, const Key& key) {

@@ -14,6 +14,8 @@
 //     are 1), so no live value, output, view or earlier frame can observe the rewrite;
 //   - the current stream is the one of its last use, so stream order makes the reuse safe exactly
 //     as the caching allocator's reuse of a freed block on the same stream is;
+//   - it was made in the inference mode the run is in (an inference tensor cannot be written
+//     outside torch.inference_mode, and a run under it makes inference tensors);
 //   - the site asking has never handed out a buffer that escaped: after every run the pool drops,
 //     for good, any tensor still held once the frame is gone (it was returned, or a returned view
 //     aliases it), and the site that handed it out last allocates normally from then on, so

@@ -395,3 +395,20 @@ def test_malformed_kept_bytes_fails_at_import():
     r = subprocess.run([sys.executable, "-c", "import trident"], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode != 0
     assert "TRIDENT_KEPT_BYTES must be a number of bytes (0 or more), got '64MiB'" in r.stderr
+
+
+def test_buffers_made_under_inference_mode_serve_only_runs_under_it():
+    """An inference tensor cannot be written outside torch.inference_mode: a no_grad call after an
+    inference_mode call used to fail ("Inplace update to inference tensor outside InferenceMode")."""
+    lin1, lin2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)
+
+    def mlp(x):
+        return lin2(lin1(x).relu())
+
+    fast = trident.compile(mlp)
+    x = torch.randn(4, 8)
+    for mode in ("inference", "no_grad", "inference", "no_grad", "no_grad"):
+        with torch.inference_mode() if mode == "inference" else torch.no_grad():
+            got, want = fast(x), mlp(x)
+        assert torch.equal(got, want) and got.is_inference() == want.is_inference(), mode
+    assert trident.counters(fast)["reused_buffers"] >= 1

@@ -320,8 +320,19 @@ PyObject* scm_get_on_miss(PyObject* py_self, void*) {
   return m;  // new ref
 }
 
+// The function or module compiled: `fn` of the miss handler's controller. inspect.signature (and
+// so transformers' generate(), which validates keyword arguments against forward's) follows it.
+PyObject* scm_get_wrapped(PyObject* py_self, void*) {
+  PyObject* controller = PyObject_GetAttrString(reinterpret_cast<ScmObject*>(py_self)->st->on_miss, "__self__");
+  if (!controller) return nullptr;
+  PyObject* fn = PyObject_GetAttrString(controller, "fn");
+  Py_DECREF(controller);
+  return fn;
+}
+
 PyGetSetDef scm_getset[] = {
     {"on_miss", scm_get_on_miss, nullptr, "The Python miss handler (its __self__ is the controller).", nullptr},
+    {"__wrapped__", scm_get_wrapped, nullptr, "The function or module compiled.", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyObject* scm_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {

@@ -123,6 +123,11 @@ def _capture_hint(e: Exception) -> str:
                 f"for it: {key}), e.g. through a function of another Python module that the compiled "
                 "function calls: compile the module itself, or a method of it, or reach the module from "
                 "the compiled function's own globals or closure or its helpers in the same file")
+    m = re.search(r"unrecognized type \w+\((\w+)\) at output", str(e))
+    if m:
+        return (f"; the function returns a {m.group(1)}, which is not a tensor, a number or a tuple, list "
+                "or dict of them: return what the caller needs (a Hugging Face model: call it with "
+                "use_cache=False and return_dict=False, or return its .logits)")
     return ""
 
 

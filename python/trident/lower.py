@@ -440,7 +440,8 @@ class _Lowerer:
             if s.type is type(None):
                 return "none"
             raise UnsupportedError(
-                f"output container {s.type.__name__} is not supported (use tuple, list or dict)")
+                f"output container {s.type.__name__} is not supported (use tuple, list or dict; a Hugging "
+                "Face model returns a tuple with return_dict=False)")
 
         return build(spec)
 

@@ -19,8 +19,9 @@ bool add(PyObject* obj, FlatArgs& out, int depth) {
   if (THPVariable_CheckExact(obj)) {
     const at::Tensor& t = THPVariable_Unpack(obj);
     if (!fill_tensor_leaf(t, leaf)) {
-      out.unsupported = "a tensor of rank " + std::to_string(t.dim()) + " and layout " +
-                        c10::toString(t.layout()) + " is not supported natively";
+      out.unsupported = t.is_nested() ? std::string("a nested tensor is not supported natively")
+                                      : "a tensor of rank " + std::to_string(t.dim()) + " and layout " +
+                                            c10::toString(t.layout()) + " is not supported natively";
       return false;
     }
     out.structure += 'T';
@@ -103,7 +104,8 @@ trd_call make_call(const FlatArgs& flat) {
 bool fill_tensor_leaf(const at::Tensor& t, trd_leaf& leaf) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   int64_t dim = impl->dim();
-  if (dim > TRD_MAX_DIM || impl->layout() != c10::kStrided) return false;
+  // A nested tensor may report the strided layout but has no sizes to read.
+  if (dim > TRD_MAX_DIM || impl->layout() != c10::kStrided || impl->is_nested()) return false;
   leaf.kind = TRD_TENSOR;
   leaf.dtype = static_cast<int32_t>(c10::typeMetaToScalarType(impl->dtype()));
   leaf.device_type = static_cast<int32_t>(impl->device_type());

@@ -383,3 +383,13 @@ def test_a_capture_that_fails_on_the_calls_own_error_names_that_error(fn, args, 
     with pytest.raises(trident.UnsupportedError) as info:
         fast(*args)
     assert says in str(info.value) and "would fail the same way eagerly" in str(info.value), str(info.value)
+
+
+def test_a_nested_tensor_runs_eagerly_with_a_warning_saying_so():
+    """It may report the strided layout, but has no sizes to read (before: ATen's internal error)."""
+    fast = trident.compile(lambda x: x * 2)
+    nt = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    with pytest.warns(RuntimeWarning, match="nested tensor is not supported natively"):
+        got = fast(nt)
+    assert [t.tolist() for t in got.unbind()] == [[2.0, 2.0], [2.0, 2.0, 2.0]]
+    assert torch.equal(fast(torch.ones(2)), torch.full((2,), 2.0))

@@ -327,7 +327,7 @@ class CompiledFunction:
             self._fallback_logged.add(reason)
             msg = f"trident: {self.name}: {reason}"
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
-            log.warning(msg)
+            log.info(msg)  # the warning is what the user sees; at WARNING, logging printed it twice
         self.scm.note_fallback()
         return self.fn(*args, **kwargs)
 

@@ -393,3 +393,16 @@ def test_a_nested_tensor_runs_eagerly_with_a_warning_saying_so():
         got = fast(nt)
     assert [t.tolist() for t in got.unbind()] == [[2.0, 2.0], [2.0, 2.0, 2.0]]
     assert torch.equal(fast(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_a_fallback_is_said_once_on_stderr():
+    """As a RuntimeWarning, not also as a log line that Python's last-resort handler prints."""
+    import subprocess
+    import sys
+    script = ("import warnings, torch, trident\n"
+              "warnings.simplefilter('default', RuntimeWarning)\n"
+              "f = trident.compile(lambda x: x * 2)\n"
+              "f(torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged))\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.count("is not supported natively") == 1, run.stderr[-2000:]

@@ -45,7 +45,7 @@ class Options:
             raise ValueError(f"on_miss must be one of {ON_MISS_POLICIES}, got {self.on_miss!r}")
         if self.dynamic not in (None, True, False):
             raise ValueError(f"dynamic must be None, True or False, got {self.dynamic!r}")
-        if not isinstance(self.max_specializations, int) or self.max_specializations < 1:
+        if type(self.max_specializations) is not int or self.max_specializations < 1:  # not a bool
             raise ValueError(f"max_specializations must be a positive int, got {self.max_specializations!r}")
 
 

@@ -406,3 +406,15 @@ def test_a_fallback_is_said_once_on_stderr():
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr.count("is not supported natively") == 1, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"max_specializations": 0}, "max_specializations must be a positive int"),
+    ({"max_specializations": True}, "max_specializations must be a positive int"),   # a bool is not a count
+    ({"max_specializations": 2.0}, "max_specializations must be a positive int"),
+    ({"on_miss": "retry"}, "on_miss"),
+    ({"dynamic": "auto"}, "dynamic must be None, True or False"),
+])
+def test_bad_options_are_refused_naming_the_option(options, says):
+    with pytest.raises((ValueError, TypeError), match=says):
+        trident.compile(lambda x: x + 1, **options)

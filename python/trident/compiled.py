@@ -302,6 +302,13 @@ class CompiledFunction:
     def _check_arguments(self, args, kwargs):
         if self.signature is None:
             return
+        params = self.signature.parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            # named first, as Python names it (bind would report a missing argument instead)
+            unknown = [k for k in kwargs if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+            if unknown:
+                raise TypeError(f"{self.name}() (compiled by trident): got an unexpected keyword argument "
+                                f"{unknown[0]!r}")
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as e:

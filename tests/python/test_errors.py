@@ -418,3 +418,13 @@ def test_a_fallback_is_said_once_on_stderr():
 def test_bad_options_are_refused_naming_the_option(options, says):
     with pytest.raises((ValueError, TypeError), match=says):
         trident.compile(lambda x: x + 1, **options)
+
+
+def test_an_unknown_keyword_is_named_as_python_names_it():
+    def two(x, y):
+        return x + y
+
+    fast = trident.compile(two)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        fast(torch.ones(1), z=torch.ones(1))
+    assert torch.equal(fast(torch.ones(1), y=torch.ones(1)), torch.full((1,), 2.0))

@@ -519,7 +519,7 @@ class _Lowerer:
                 # Returning a mutated input returns the input itself, as eager does (same object),
                 # and a view of one is that view of the input.
                 user = [o for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
-                tree = self.output_tree(self.ep.call_spec.out_spec, [self.output_operand(o, written) for o in user])
+                tree = self.output_tree(self.ep.call_spec.out_spec, [self.output_operand(node, o, written) for o in user])
                 self.lines.append(f"return {tree}")
             else:
                 self.fail(node, f"node kind {node.op}")
@@ -538,14 +538,14 @@ class _Lowerer:
                 tensor = self.ep.constants.get(ispec.target)  # non-persistent buffers
         return StateRef(kind, ispec.target, tensor)
 
-    def output_operand(self, o, written: dict) -> str:
+    def output_operand(self, node: fx.Node, o, written: dict) -> str:
         """A returned value: the input itself for an input's new value; for a chain of views of one,
         the same views taken of the input after its write-back (eager returns views of x after
         `x.mul_(2)`; the functional graph views the new value, which is a separate tensor here)."""
         if not isinstance(o, fx.Node):
-            return self.operand(o, o)
+            return self.operand(node, o)
         if o in written:
-            return self.operand(o, written[o])
+            return self.operand(node, written[o])
         chain, root = [], o
         while (root not in written and root.op == "call_function" and isinstance(root.target, torch._ops.OpOverload)
                and lazy_views.qualified(root.target) in lazy_views.VIEW_OPS and root.args
@@ -553,8 +553,8 @@ class _Lowerer:
             chain.append(root)
             root = root.args[0]
         if root not in written or not chain:
-            return self.operand(o, o)
-        value = self.operand(root, written[root])
+            return self.operand(node, o)
+        value = self.operand(node, written[root])
         for view in reversed(chain):
             args = self.schema_args(view, view.target._schema)
             operands = [value] + [self.operand(view, a) for a in args[1:]]

@@ -1,11 +1,10 @@
 """Module state identity, kept cheap: the native hot path compares the metadata of each captured
-parameter and buffer, and a global epoch that these registration hooks bump whenever any module
-anywhere assigns a parameter, buffer or submodule. Only then does the cold path re-read attributes.
-
-torch's registration hooks do not run for what also changes a captured program: a parameter or
-buffer set to None, assigned over its slot or deleted, and train()/eval() (dropout and batch norm
-trace differently). So those nn.Module methods and assignments bump the epoch too; the cold path then compares the
-state and the modules' training flags with the capture's (CompiledFunction._on_state_change)."""
+parameter and buffer, and a global epoch bumped whenever any module anywhere registers, assigns, sets
+to None or deletes a parameter, buffer or submodule, or changes training mode (dropout and batch norm
+trace differently). Only then does the cold path re-read attributes and compare the state, the
+modules' training flags and which parameters and buffers exist with the capture's
+(CompiledFunction._on_state_change). torch's registration hooks run for none of these but a new
+submodule and a non-None parameter or buffer, so nn.Module's own methods are wrapped instead."""
 from __future__ import annotations
 
 import functools
@@ -29,10 +28,8 @@ def install_hooks() -> None:
     global _installed
     if _installed:
         return
-    m = torch.nn.modules.module
-    m.register_module_parameter_registration_hook(_bump)
-    m.register_module_buffer_registration_hook(_bump)
-    m.register_module_module_registration_hook(_bump)
+    torch.nn.modules.module.register_module_module_registration_hook(_bump)
+    # register_parameter/register_buffer cover what torch's parameter and buffer hooks would, None too
     for name in ("train", "register_parameter", "register_buffer", "__delattr__"):
         _bump_after(torch.nn.Module, name)
     _bump_after_state_setattr(torch.nn.Module)

@@ -59,7 +59,7 @@ struct ScmObject {
   PyObject* weakrefs;
 };
 
-uint64_t g_state_epoch = 1;  // bumped by module registration hooks (trident/_state.py)
+uint64_t g_state_epoch = 1;  // bumped on any module state change (trident/_state.py)
 
 bool same_leaf_meta(const trd_leaf& a, const trd_leaf& b) {
   if (a.dtype != b.dtype || a.device_type != b.device_type || a.device_index != b.device_index ||

@@ -1,6 +1,6 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
 set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy, a
-same-shape add, adding a number, and relu. builtin_lower.py sends them only the cases where they
+same-shape add, adding a number, relu, and the rotary embedding as HF models write it. builtin_lower.py sends them only the cases where they
 compute exactly what the ATen op computes (see there)."""
 import triton
 import triton.language as tl
@@ -78,3 +78,28 @@ def relu(a, out, n, BLOCK: tl.constexpr):
     x = tl.load(a + offs, mask=m)
     y = tl.maximum(x.to(tl.float32), 0.0).to(x.dtype)
     tl.store(out + offs, tl.where(x != x, x, y), mask=m)
+
+
+@triton.jit
+def rotate_half_rotary(x, c, sn, out, n, s1, s2, s3, x0, x1, x2, x3, c0, c1, c2, c3, t0, t1, t2, t3,
+                       o0, o1, o2, o3, HALF, BLOCK: tl.constexpr):
+    """out = x * c + rotate_half(x) * sn over the index space [n / (s1 s2 s3), s1, s2, s3], where
+    rotate_half(x)[..., i] is -x[..., i + HALF] below HALF and x[..., i - HALF] from it; x*, c*, t*
+    and o* are the element strides of x, c, sn and out (0 where c or sn broadcasts). fp16/bf16 only:
+    each product is computed in fp32 and rounded to the tensor's dtype, as ATen's mul kernel rounds
+    its result, and so is their sum, as ATen's add rounds it (negation and the halves' swap are
+    exact): ATen's five kernels' values, bit for bit (builtin_rotary.py)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    i0, i1, i2, i3 = _index4(offs, s1, s2, s3)
+    row = i0 * x0 + i1 * x1 + i2 * x2
+    low = i3 < HALF
+    xv = tl.load(x + row + i3 * x3, mask=m)
+    other = tl.load(x + row + tl.where(low, i3 + HALF, i3 - HALF) * x3, mask=m).to(tl.float32)
+    rot = tl.where(low, other * -1.0, other)  # ATen's neg: -0.0 from 0.0 (a subtraction from 0 gives +0.0)
+    cv = tl.load(c + i0 * c0 + i1 * c1 + i2 * c2 + i3 * c3, mask=m)
+    sv = tl.load(sn + i0 * t0 + i1 * t1 + i2 * t2 + i3 * t3, mask=m)
+    dt = out.dtype.element_ty
+    a = (xv.to(tl.float32) * cv.to(tl.float32)).to(dt)
+    b = (rot * sv.to(tl.float32)).to(dt)
+    tl.store(out + i0 * o0 + i1 * o1 + i2 * o2 + i3 * o3, (a.to(tl.float32) + b.to(tl.float32)).to(dt), mask=m)

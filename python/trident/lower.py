@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, aliasing, builtin_lower, lazy_views
+from . import _compat, aliasing, builtin_lower, builtin_rotary, lazy_views
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -128,6 +128,8 @@ class _Lowerer:
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
         self.value_fakes: dict[str, object] = {}  # tensor value -> its fake where defined (lazy_views)
         self.pending_copy = None  # a builtin copy held back to share a launch (builtin_lower.copy)
+        # HF's rotary embedding as one builtin launch: at its add; its inner nodes lower to nothing
+        self.rotaries, self.absorbed = builtin_rotary.plan(self)
         self.structure = structure
         self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
         self.state_index = state_index      # callable(StateRef) -> int
@@ -297,6 +299,12 @@ class _Lowerer:
             return
         if node in self.inplace:
             self.inplace_call(node)
+            return
+        if node in self.absorbed:
+            self.env[node] = None  # read only by its rotary pattern's launch (builtin_rotary)
+            return
+        if node in self.rotaries:
+            builtin_rotary.lower(self, node, self.rotaries[node])
             return
         if getattr(op, "__name__", "") == "triton_kernel_wrapper_functional":
             from .triton_lower import TritonCall

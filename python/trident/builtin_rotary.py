@@ -42,7 +42,7 @@ def plan(lw) -> tuple[dict, set]:
     order = {n: k for k, n in enumerate(nodes)}
     for node in nodes:
         m = _match(node)
-        if m is None or not _eligible(lw, node.meta["val"]):
+        if m is None or node in lw.folded or not _eligible(lw, node.meta["val"]):
             continue
         first = min(order[n] for n in m.inner)
         if any(n in lw.inplace for n in nodes[first:order[node]]):

@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, aliasing, builtin_lower, builtin_rotary, lazy_views
+from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, lazy_views
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -128,6 +128,8 @@ class _Lowerer:
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
         self.value_fakes: dict[str, object] = {}  # tensor value -> its fake where defined (lazy_views)
         self.pending_copy = None  # a builtin copy held back to share a launch (builtin_lower.copy)
+        self.state_refs: list[StateRef] = []  # state the spec refers to, in `state K` order
+        self.folded = constant_fold.plan(self)  # node -> its value, computed now (constant_fold.py)
         # HF's rotary embedding as one builtin launch: at its add; its inner nodes lower to nothing
         self.rotaries, self.absorbed = builtin_rotary.plan(self)
         self.structure = structure
@@ -306,6 +308,9 @@ class _Lowerer:
         if node in self.rotaries:
             builtin_rotary.lower(self, node, self.rotaries[node])
             return
+        if node in self.folded:
+            self.folded_constant(node)
+            return
         if getattr(op, "__name__", "") == "triton_kernel_wrapper_functional":
             from .triton_lower import TritonCall
             TritonCall(self, node).lower()
@@ -339,6 +344,22 @@ class _Lowerer:
         self.lines.append(f"{lhs}call {_quote(name)} ({', '.join(operands)})")
         if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
             self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
+
+    def folded_constant(self, node: fx.Node):
+        """A value computed at lowering (constant_fold.py): module state the run reads, unless only
+        other folded values read it."""
+        if all(u in self.folded for u in node.users):
+            self.env[node] = None
+            return
+        tensor = self.folded[node]
+        ref = StateRef("constant", "folded " + node.name, tensor)
+        v = self.value()
+        self.lines.append(f"{v} = state {self.state_index(ref)}")
+        self.state_refs.append(ref)
+        self.env[node] = v
+        self.value_fakes[v] = node.meta["val"]
+        self.bases.append((node.meta["val"], tensor, None))
+        self.ops.append("folded")
 
     def schema_args(self, node: fx.Node, schema) -> list:
         """The call's arguments, positional and complete: defaults filled in from the schema."""
@@ -457,7 +478,7 @@ class _Lowerer:
         sig = self.ep.graph_signature
         spec_by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
         user_k = 0
-        state: list[StateRef] = []
+        state = self.state_refs
         for node in self.ep.graph.nodes:
             if node.op == "placeholder":
                 ispec = spec_by_name[node.name]

@@ -88,7 +88,8 @@ def rotate_half_rotary(x, c, sn, out, n, s1, s2, s3, x0, x1, x2, x3, c0, c1, c2,
     and o* are the element strides of x, c, sn and out (0 where c or sn broadcasts). fp16/bf16 only:
     each product is computed in fp32 and rounded to the tensor's dtype, as ATen's mul kernel rounds
     its result, and so is their sum, as ATen's add rounds it (negation and the halves' swap are
-    exact): ATen's five kernels' values, bit for bit (builtin_rotary.py)."""
+    exact): ATen's five kernels' values, bit for bit, when compiled with enable_fp_fusion=False
+    (builtin_rotary.py; with contraction a product's rounding is folded into an fma)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     i0, i1, i2, i3 = _index4(offs, s1, s2, s3)

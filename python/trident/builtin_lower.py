@@ -47,8 +47,10 @@ def _plain(fake) -> bool:
             and _fits_int32(fake))
 
 
-def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int, grid_y: int = 1):
-    """Compile `kernel` for these arguments (tensors: name -> (operand, fake)) and emit its launch."""
+def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int, grid_y: int = 1,
+            options: dict | None = None):
+    """Compile `kernel` for these arguments (tensors: name -> (operand, fake)) and Triton compile
+    options, and emit its launch."""
     specs = []
     for name in kernel.arg_names:
         if name in tensors:
@@ -59,7 +61,7 @@ def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int, grid
                 lw.guard_alignment(fake)
         else:
             specs.append(argspec_from_value(name, values[name]))
-    ck = compile_kernel(kernel, specs, config.triton_target(), {})
+    ck = compile_kernel(kernel, specs, config.triton_target(), dict(options or {}))
     from .triton_lower import _cubin_path
     kid = lw.add_kernel(ck, _cubin_path(ck.cubin))
     operands = []

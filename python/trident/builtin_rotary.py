@@ -5,8 +5,9 @@
 ATen runs that as seven ops and five kernels (mul, neg, cat, mul, add) per tensor, twice per layer
 (q and k); trident's kernel (builtin_kernels.rotate_half_rotary) computes the same values: in fp32,
 rounded to the tensor's dtype after each multiplication as ATen's kernels round their results, then
-added and rounded. Only fp16 and bf16 (the rounding between the ops also keeps the compiler from
-contracting a multiply and the add into an FMA, which fp32 would allow), static shapes of at most 4
+added and rounded. The kernel is compiled without fp contraction: with Triton's default, LLVM
+folds a rounded product and the sum into one fp16/bf16 fma and skips that rounding. Only fp16 and
+bf16 (fp32 would be exact the same way but has no GPU test, so it stays ATen's), static shapes of at most 4
 dimensions, the rotated dimension last, cos and sin of x's dtype broadcast to x's shape, and the
 pattern's inner results read by nothing else. Anything else stays ATen's ops.
 
@@ -171,6 +172,9 @@ def lower(lw, node: fx.Node, m: Rotary) -> None:
         values.update({f"{prefix}{i}": st for i, st in enumerate(_strides4(fake, shape4))})
     tensors["out"] = (res, out)
     values.update({f"o{i}": st for i, st in enumerate(_strides4(out, shape4))})
-    _launch(lw, node, builtin_kernels.rotate_half_rotary, tensors, values, out.numel())
+    # No fp contraction: with it, LLVM turns the rounded products and their sum into one bf16x2/f16x2
+    # fma, which skips the product's rounding (1 ulp off eager in a quarter of the elements on an H200).
+    _launch(lw, node, builtin_kernels.rotate_half_rotary, tensors, values, out.numel(),
+            options={"enable_fp_fusion": False})
     lw.env[node] = res
     lw.value_fakes[res] = out

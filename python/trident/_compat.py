@@ -32,10 +32,27 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
     try:
         with capturing():  # run_decompositions functionalizes, so it analyses Triton kernels too
             ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
-            return ep.run_decompositions({})
+            return ep.run_decompositions(_capture_decompositions())
     finally:
         _capture.installed = prev
         _drop_compiled_graphs(installed)
+
+
+def _capture_decompositions() -> dict:
+    """Ops export keeps whole that the capture decomposes as eager's dispatch would run them:
+    scaled-dot-product attention, whose composite kernel picks the backend (cuDNN, flash,
+    efficient, math) for the traced inputs and converts a boolean mask to the additive mask that
+    backend takes. Decomposed at capture, the graph calls the chosen backend's op directly with
+    torch's own conversion, which the lowering then computes once for all layers that share the
+    mask (cse.py). The choice is the one eager makes for these inputs under the sdp flags in force
+    at capture (torch.backends.cuda.enable_*_sdp), as torch.compile's is. The helper that runs an
+    op's C++ composite kernel from a decomposition table is private to torch.export."""
+    try:
+        from torch._export.utils import _get_decomp_for_cia
+    except ImportError:
+        return {}
+    op = torch.ops.aten.scaled_dot_product_attention.default
+    return {op: _get_decomp_for_cia(op)}
 
 
 # Dynamo installs each graph it compiles as a global `__compiled_fn_<n>_<uuid>` in the namespace

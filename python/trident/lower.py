@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, lazy_views
+from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, lazy_views
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -123,6 +123,7 @@ class _Lowerer:
         self.syms = Symbols()
         self.fakes: dict[int, object] = {}    # leaf -> traced value (FakeTensor, SymInt, int)
         self.next_sym = 0
+        cse.eliminate(ep.graph)               # before every plan below: they see the merged graph
         from .reinplace import plan
         self.inplace = plan(ep)               # scatter nodes executed as in-place writes
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies

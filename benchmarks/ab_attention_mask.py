@@ -1,0 +1,85 @@
+"""A/B in one process: the HF Llama's decode step compiled as trident compiles it, against the same
+step compiled without the two capture passes that convert its attention mask once (sdpa decomposed
+at capture, _compat._capture_decompositions; equal pure calls merged, cse.py). Host submit and wall
+time per step, the variants interleaved so that the host's drift hits both alike.
+
+    python benchmarks/ab_attention_mask.py [--batch B] [--rounds N] [--device cpu]
+
+A diagnostic: it switches the passes off by patching trident's modules for the second variant's
+compile. Both variants must equal eager bit for bit, or it stops. On the CPU (a smoke test) it runs
+the tiny HF config."""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hf_llama  # noqa: E402
+import timing  # noqa: E402
+from profile_host import submit_us_per_step  # noqa: E402
+
+
+def compiled_without_passes(step, ids, pos):
+    import trident
+    import trident._compat
+    import trident.cse
+    off = trident.compile(step, max_specializations=4)
+    saved = trident.cse.eliminate, trident._compat._capture_decompositions
+    trident.cse.eliminate, trident._compat._capture_decompositions = (lambda graph: 0), (lambda: {})
+    try:
+        off(ids, pos)  # the compile happens here
+    finally:
+        trident.cse.eliminate, trident._compat._capture_decompositions = saved
+    return off
+
+
+def median(v):
+    return sorted(v)[len(v) // 2]
+
+
+def main():
+    import trident
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--device", default="cuda")
+    opts = ap.parse_args()
+    cfg = hf_llama.FULL if opts.device == "cuda" else hf_llama.TINY
+    model = hf_llama.build_model(cfg, opts.device)
+    if opts.device == "cuda":
+        hf_llama.use_kernels(model, triton=True)
+    step = hf_llama.DecodeStep(model, opts.batch, cfg.max_cache)
+    ids = torch.zeros((opts.batch, 1), dtype=torch.long, device=opts.device)
+    pos = torch.tensor([min(100, cfg.max_cache - 1)], device=opts.device)
+    on = trident.compile(step, max_specializations=4)
+    off = compiled_without_passes(step, ids, pos)
+    want = step(ids, pos)
+    for name, f in (("passes on", on), ("passes off", off)):
+        if not torch.equal(f(ids, pos), want):
+            sys.exit(f"{name}: the step's logits differ from eager's")
+        text = trident.controller(f).lower_call(ids, pos).text
+        print(f"{name:10s} IR: {text.count(chr(34) + 'aten::where')} where calls, "
+              f"{text.count('scaled_dot_product')} attention calls, {len(text.splitlines())} lines")
+    variants = (("passes on", lambda: on(ids, pos)), ("passes off", lambda: off(ids, pos)),
+                ("eager", lambda: step(ids, pos)))
+    submit = {name: [] for name, _ in variants}
+    wall = {name: [] for name, _ in variants[:2]}
+    for _ in range(opts.rounds):
+        for name, f in variants:
+            submit[name].append(submit_us_per_step(f, repeats=30))
+    for _ in range(max(3, opts.rounds // 2)):
+        for name, f in variants[:2]:
+            wall[name].append(timing.host_us_per_call(f, (), calls=100, repeats=1, warmup=10)[0])
+    print(f"\nHF step, batch {opts.batch}, {opts.rounds} interleaved rounds: median (min-max) µs per step")
+    for name, _ in variants:
+        s = submit[name]
+        line = f"{name:10s} submit {median(s):8.1f} ({min(s):.1f}-{max(s):.1f})"
+        if name in wall:
+            w = wall[name]
+            line += f"   wall {median(w):8.1f} ({min(w):.1f}-{max(w):.1f})"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

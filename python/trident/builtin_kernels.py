@@ -1,6 +1,6 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
 set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy, a
-same-shape add, adding a number, relu, and the rotary embedding as HF models write it. builtin_lower.py sends them only the cases where they
+same-shape add, adding a number (floating or integer tensors), relu, and the rotary embedding as HF models write it. builtin_lower.py sends them only the cases where they
 compute exactly what the ATen op computes (see there)."""
 import triton
 import triton.language as tl
@@ -65,6 +65,24 @@ def add_scalar(a, s, out, n, BLOCK: tl.constexpr):
     m = offs < n
     x = tl.load(a + offs, mask=m).to(tl.float32)
     tl.store(out + offs, (x + s).to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def add_int(a, b, out, n, BLOCK: tl.constexpr):
+    """out = a + b, all contiguous with n elements of one integer dtype (int32 or int64): integer
+    addition, wrapping on overflow as ATen's does (a cache position plus its layer's offset)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out + offs, tl.load(a + offs, mask=m) + tl.load(b + offs, mask=m), mask=m)
+
+
+@triton.jit
+def add_int_scalar(a, s, out, n, BLOCK: tl.constexpr):
+    """out = a + s for a contiguous int32/int64 tensor of n elements and a Python int s that fits the
+    tensor's dtype (builtin_lower._add): ATen's integer add of a tensor and a number, wrapping."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out + offs, (tl.load(a + offs, mask=m) + s).to(out.dtype.element_ty), mask=m)
 
 
 @triton.jit

@@ -1,7 +1,8 @@
 """ATen ops lowered to trident's own Triton kernels (builtin_kernels.py) and launched natively, when
 the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
 writes of a KV cache), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape with alpha 1 (a
-residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`. Everything else, and every case
+residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`; on contiguous int32/int64
+tensors `a + b` and `a + c` for a Python int c the dtype holds (a decoder's cache positions). Everything else, and every case
 with a symbolic size or stride, stays an ATen call.
 
 Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tensors), off, or all (any
@@ -20,6 +21,7 @@ from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 BLOCK = 1024
 _INT32_MAX = 2 ** 31 - 1
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_INT_DTYPES = (torch.int32, torch.int64)
 
 
 def _eligible(lw, fake) -> bool:
@@ -186,20 +188,27 @@ def _add(lw, node: fx.Node) -> bool:
         return False
     out = node.meta.get("val")
     if type(b) in (int, float):  # not a bool (type() excludes it), not symbolic (a traced int is a node)
+        if _same_layout(lw, a.meta.get("val"), out, _INT_DTYPES):
+            bits = torch.iinfo(out.dtype).bits - 1
+            if type(b) is not int or not -2 ** bits <= b < 2 ** bits:
+                return False  # a number the integer dtype cannot hold: ATen's rule (or error) applies
+            return _emit(lw, node, builtin_kernels.add_int_scalar, {"a": a}, {"s": b})
         if not _same_layout(lw, a.meta.get("val"), out):
             return False
         return _emit(lw, node, builtin_kernels.add_scalar, {"a": a}, {"s": _as_opmath(b)})
-    if not (isinstance(b, fx.Node) and _same_layout(lw, a.meta.get("val"), out)
-            and _same_layout(lw, b.meta.get("val"), out)):
+    if not isinstance(b, fx.Node):
         return False
-    return _emit(lw, node, builtin_kernels.add_contiguous, {"a": a, "b": b}, {})
+    for dtypes, kernel in ((_FLOAT_DTYPES, builtin_kernels.add_contiguous), (_INT_DTYPES, builtin_kernels.add_int)):
+        if _same_layout(lw, a.meta.get("val"), out, dtypes) and _same_layout(lw, b.meta.get("val"), out, dtypes):
+            return _emit(lw, node, kernel, {"a": a, "b": b}, {})
+    return False
 
 
-def _same_layout(lw, fa, out) -> bool:
-    """fa and the result are plain contiguous fp16/bf16/fp32 tensors of one shape, dtype and device
-    the builtin kernels serve: the only case they are written for."""
+def _same_layout(lw, fa, out, dtypes=_FLOAT_DTYPES) -> bool:
+    """fa and the result are plain contiguous tensors of one shape, device and dtype, one of `dtypes`,
+    that the builtin kernels serve: the only case they are written for."""
     return (_plain(fa) and _plain(out) and _eligible(lw, out) and fa.dtype == out.dtype
-            and fa.dtype in _FLOAT_DTYPES and fa.device == out.device and list(fa.shape) == list(out.shape)
+            and fa.dtype in dtypes and fa.device == out.device and list(fa.shape) == list(out.shape)
             and fa.is_contiguous() and out.is_contiguous())
 
 

@@ -84,13 +84,34 @@ def test_adding_a_number_is_an_allocation_and_a_native_launch(dtype, c, literal)
 
 @pytest.mark.parametrize("fn, args", [
     (lambda x: torch.add(x, 1, alpha=2), (torch.randn(8, 16),)),                  # alpha
-    (lambda x: x + 1, (torch.randint(0, 9, (8, 16)),)),                            # integer tensor
+    (lambda x: x + 0.5, (torch.randint(0, 9, (8, 16)),)),                          # int + float: a float
+    (lambda x: x + 2 ** 40, (torch.randint(0, 9, (8, 16), dtype=torch.int32),)),    # more than int32 holds
+    (lambda x: x + 1, (torch.randint(0, 9, (8, 16), dtype=torch.int16),)),          # int16
     (lambda x: x + 0.5, (torch.randn(16, 8).t(),)),                                # layout
     (lambda x: x + True, (torch.randn(8, 16),)),                                   # bool
 ])
 def test_number_adds_that_are_not_exactly_the_kernel_stay_aten(fn, args):
     text = lowered_text(fn, *args)
-    assert "aten::add" in text and "add_scalar" not in text, text
+    assert "aten::add" in text and "add_scalar" not in text and "add_int" not in text, text
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("c, literal", [(1, ""), (-7, "-7, "), (2 ** 31 - 1, "2147483647, ")])  # 1: a constexpr
+def test_integer_adds_are_an_allocation_and_a_native_launch(dtype, c, literal):
+    """A decoder's cache positions: an int64 position plus a layer's offset, and a counter plus 1."""
+    x, y = torch.randint(0, 9, (3, 5), dtype=dtype), torch.randint(0, 9, (3, 5), dtype=dtype)
+    text = lowered_text(lambda x: x + c, x)
+    assert "aten::add" not in text and '"add_int_scalar"' in text, text
+    assert re.search(rf"launch 0 grid\(1, 1, 1\) \(%0, {literal}%\d+, 15\)", text), text
+    text = lowered_text(residual, x, y)
+    assert "aten::add" not in text and '"add_int"' in text, text
+    assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, %1, %\d+, 15\)", text), text
+
+
+def test_integer_adds_of_two_dtypes_stay_aten():
+    x, y = torch.randint(0, 9, (3, 5), dtype=torch.int32), torch.randint(0, 9, (3, 5))
+    text = lowered_text(residual, x, y)
+    assert "aten::add.Tensor" in text and "add_int" not in text, text
 
 
 def test_the_number_is_taken_as_fp32_as_atens_cuda_add_does():
@@ -283,6 +304,16 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
                 s = float(torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64).float())
                 bk.add_scalar[(3,)](a, s, out, 2100, BLOCK=1024)
                 assert torch.equal(out, (a.float() + s).to(dtype)), (dtype, c)
+            for idtype in (torch.int32, torch.int64):  # integer adds wrap as ATen's do
+                top = torch.iinfo(idtype).max
+                a = torch.tensor([top, -top - 1, 0, -5, 7], dtype=idtype)
+                b = torch.tensor([1, -1, 0, 9, -7], dtype=idtype)
+                iout = torch.empty_like(a)
+                bk.add_int[(1,)](a, b, iout, 5, BLOCK=1024)
+                assert torch.equal(iout, a + b), idtype
+                for c in (1, -3, 2 ** 31 - 1):
+                    bk.add_int_scalar[(1,)](a, c, iout, 5, BLOCK=1024)
+                    assert torch.equal(iout, a + c), (idtype, c)
             # relu: NaNs come back with their bits (sign and payload), everything else max(a, 0)
             special = torch.tensor([float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 1.5])
             a = torch.cat([special, torch.randn(2093, generator=g)]).to(dtype).view(3, 700)

@@ -1,6 +1,6 @@
-"""trident's own copy, add and relu kernels (builtin_lower.py: a + b, a + number, relu) on the GPU
-machine (pytest -m gpu): every result equal to eager's bit for bit, and the ATen ops they replace
-gone from the host program."""
+"""trident's own copy, add and relu kernels (builtin_lower.py: a + b, a + number, relu; integer
+adds too) on the GPU machine (pytest -m gpu): every result equal to eager's bit for bit, and the
+ATen ops they replace gone from the host program."""
 import pytest
 import torch
 
@@ -41,6 +41,21 @@ def test_adding_a_number_matches_eager_bit_for_bit(dtype, c):
         x = (torch.randn(3, 1000, device="cuda", generator=g) * 100).to(dtype)
         assert torch.equal(fast(x), x + c)
     assert "add_scalar" in trident.explain(fast, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("c", [1, -7, 2 ** 31 - 1, 2 ** 40])
+def test_integer_adds_match_eager_wrapping_included(dtype, c):
+    require_cuda()
+    top = torch.iinfo(dtype).max
+    x = torch.tensor([top, -top - 1, 0, -5, 7, 3], dtype=dtype, device="cuda")
+    y = torch.tensor([1, -1, 0, 9, -7, 2 ** 30], dtype=dtype, device="cuda")
+    fast_sum, fast_num = trident.compile(residual), trident.compile(lambda x: x + c)
+    assert torch.equal(fast_sum(x, y), x + y)
+    assert torch.equal(fast_num(x), x + c)
+    assert '"add_int"' in trident.explain(fast_sum, x, y)
+    held = dtype == torch.int64 or c < 2 ** 31  # else the number does not fit: ATen's add
+    assert ('"add_int_scalar"' in trident.explain(fast_num, x)) == held
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

@@ -68,12 +68,14 @@ def add_scalar(a, s, out, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def add_int(a, b, out, n, BLOCK: tl.constexpr):
-    """out = a + b, all contiguous with n elements of one integer dtype (int32 or int64): integer
-    addition, wrapping on overflow as ATen's does (a cache position plus its layer's offset)."""
+def add_int(a, b, out, n, b_step, BLOCK: tl.constexpr):
+    """out = a + b for contiguous a and out of n elements of one integer dtype (int32 or int64), b of
+    that dtype either contiguous alike (b_step 1) or one element broadcast (b_step 0, a 0-dim
+    tensor): integer addition, wrapping on overflow as ATen's does (a cache position plus its
+    layer's 0-dim offset)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
-    tl.store(out + offs, tl.load(a + offs, mask=m) + tl.load(b + offs, mask=m), mask=m)
+    tl.store(out + offs, tl.load(a + offs, mask=m) + tl.load(b + offs * b_step, mask=m), mask=m)
 
 
 @triton.jit

@@ -2,7 +2,8 @@
 the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
 writes of a KV cache), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape with alpha 1 (a
 residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`; on contiguous int32/int64
-tensors `a + b` and `a + c` for a Python int c the dtype holds (a decoder's cache positions). Everything else, and every case
+tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds (a decoder's
+cache positions). Everything else, and every case
 with a symbolic size or stride, stays an ATen call.
 
 Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tensors), off, or all (any
@@ -198,10 +199,23 @@ def _add(lw, node: fx.Node) -> bool:
         return _emit(lw, node, builtin_kernels.add_scalar, {"a": a}, {"s": _as_opmath(b)})
     if not isinstance(b, fx.Node):
         return False
-    for dtypes, kernel in ((_FLOAT_DTYPES, builtin_kernels.add_contiguous), (_INT_DTYPES, builtin_kernels.add_int)):
-        if _same_layout(lw, a.meta.get("val"), out, dtypes) and _same_layout(lw, b.meta.get("val"), out, dtypes):
-            return _emit(lw, node, kernel, {"a": a, "b": b}, {})
+    fa, fb = a.meta.get("val"), b.meta.get("val")
+    if _same_layout(lw, fa, out) and _same_layout(lw, fb, out):
+        return _emit(lw, node, builtin_kernels.add_contiguous, {"a": a, "b": b}, {})
+    if _single(fa, out) and _same_layout(lw, fb, out, _INT_DTYPES):
+        a, b, fa, fb = b, a, fb, fa  # integer addition commutes exactly
+    if _same_layout(lw, fa, out, _INT_DTYPES):
+        if _same_layout(lw, fb, out, _INT_DTYPES):
+            return _emit(lw, node, builtin_kernels.add_int, {"a": a, "b": b}, {"b_step": 1})
+        if _single(fb, out):
+            return _emit(lw, node, builtin_kernels.add_int, {"a": a, "b": b}, {"b_step": 0})
     return False
+
+
+def _single(fake, out) -> bool:
+    """A 0-dim tensor of out's dtype and device: one element ATen broadcasts over out."""
+    return (isinstance(fake, torch.Tensor) and fake.dim() == 0 and fake.layout == torch.strided
+            and fake.dtype == out.dtype and fake.device == out.device)
 
 
 def _same_layout(lw, fa, out, dtypes=_FLOAT_DTYPES) -> bool:

@@ -594,8 +594,10 @@ class _Lowerer:
         return value
 
     def write_back(self, outs, sig) -> dict:
-        """Inputs and buffers the program mutated get their new value copied in place.
-        Returns {new-value node: input placeholder} for the values written back."""
+        """Inputs and buffers the program mutated get their new value copied in place: a builtin
+        copy where builtin_lower.copy takes it (a decoder's per-layer position counters: two per
+        launch), else ATen's copy_. Returns {new-value node: input placeholder} for the values
+        written back."""
         written = {}
         by_name = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
         for o, s in zip(outs, sig.output_specs):
@@ -612,7 +614,12 @@ class _Lowerer:
             written[o] = target
             if self.operand(o, o) == dst:
                 continue  # already written in place (a Triton kernel given the input itself)
-            self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
+            # a builtin copy where it is exact (same shape and dtype); two such share a launch
+            if not builtin_lower.copy(self, o, lambda _fake, dst=dst: dst, lambda target=target: target.meta["val"],
+                                      lambda o=o: lazy_views.launch_operand(self, o, o), o.meta.get("val")):
+                builtin_lower.flush(self)
+                self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
+        builtin_lower.flush(self)
         return written
 
 

@@ -105,7 +105,12 @@ def test_integer_adds_are_an_allocation_and_a_native_launch(dtype, c, literal):
     assert re.search(rf"launch 0 grid\(1, 1, 1\) \(%0, {literal}%\d+, 15\)", text), text
     text = lowered_text(residual, x, y)
     assert "aten::add" not in text and '"add_int"' in text, text
-    assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, %1, %\d+, 15\)", text), text
+    assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, %1, %\d+, 15\)", text), text  # b_step 1: a constexpr
+    # HF's per-layer position: arange(1) plus the layer's 0-dim counter, in either order
+    for args, launched in (((x, y[0, 0]), "%0, %1"), ((y[0, 0], x), "%1, %0")):
+        text = lowered_text(residual, *args)
+        assert "aten::add" not in text and '"add_int"' in text, text
+        assert re.search(rf"launch 0 grid\(1, 1, 1\) \({launched}, %\d+, 15, 0\)", text), text
 
 
 def test_integer_adds_of_two_dtypes_stay_aten():
@@ -250,6 +255,26 @@ def test_the_k_and_v_cache_writes_share_one_launch():
     assert "strided_copy\"" not in text and "aten::copy_" not in text, text
 
 
+def bump_both(a, b, x):
+    a.mul_(2)
+    b.mul_(3)
+    return x * 2
+
+
+def test_two_mutated_inputs_are_written_back_in_one_launch():
+    """HF's per-layer position counters are buffers the step rewrites: their write-backs pair up."""
+    text = lowered_text(bump_both, torch.ones(4, 8), torch.ones(4, 8), torch.ones(3))
+    (launch,) = launches(text, "strided_copy_pair")
+    assert re.search(r"grid\(1, 2, 1\) \(%0, %\d+, %1, %\d+, 32,", launch), launch
+    assert "aten::copy_" not in text, text
+
+
+def test_a_write_back_of_symbolic_shape_stays_aten():
+    fast = trident.compile(lambda a, b: a.add_(b), dynamic=True)
+    text = trident.controller(fast).lower_call(torch.ones(4, 8), torch.ones(1, 8)).text
+    assert 'call "aten::copy_"' in text and "strided_copy" not in text, text
+
+
 def same_cache_twice(cache, a, b, pos: int):
     cache[:, pos:pos + 1] = a
     cache[:, pos + 1:pos + 2] = b
@@ -309,8 +334,10 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
                 a = torch.tensor([top, -top - 1, 0, -5, 7], dtype=idtype)
                 b = torch.tensor([1, -1, 0, 9, -7], dtype=idtype)
                 iout = torch.empty_like(a)
-                bk.add_int[(1,)](a, b, iout, 5, BLOCK=1024)
+                bk.add_int[(1,)](a, b, iout, 5, 1, BLOCK=1024)
                 assert torch.equal(iout, a + b), idtype
+                bk.add_int[(1,)](a, b[1], iout, 5, 0, BLOCK=1024)  # a 0-dim b, broadcast
+                assert torch.equal(iout, a + b[1]), idtype
                 for c in (1, -3, 2 ** 31 - 1):
                     bk.add_int_scalar[(1,)](a, c, iout, 5, BLOCK=1024)
                     assert torch.equal(iout, a + c), (idtype, c)

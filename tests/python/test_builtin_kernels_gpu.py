@@ -52,6 +52,7 @@ def test_integer_adds_match_eager_wrapping_included(dtype, c):
     y = torch.tensor([1, -1, 0, 9, -7, 2 ** 30], dtype=dtype, device="cuda")
     fast_sum, fast_num = trident.compile(residual), trident.compile(lambda x: x + c)
     assert torch.equal(fast_sum(x, y), x + y)
+    assert torch.equal(fast_sum(x, y[1]), x + y[1]) and torch.equal(fast_sum(y[1], x), y[1] + x)  # 0-dim
     assert torch.equal(fast_num(x), x + c)
     assert '"add_int"' in trident.explain(fast_sum, x, y)
     held = dtype == torch.int64 or c < 2 ** 31  # else the number does not fit: ATen's add
@@ -143,3 +144,27 @@ def test_kv_cache_writes_at_growing_positions_match_eager(batch):
     # the two writes share one launch
     assert 'call "aten::slice.Tensor"' not in last and 'call "aten::view"' not in last and "ptr(" in last, last
     assert '"strided_copy_pair"' in last and '"strided_copy"' not in last, last
+
+
+def bump_both(a, b, step):
+    a.add_(step)
+    b.add_(1)
+    return a + b
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bfloat16])
+def test_two_inputs_written_back_by_one_launch_match_eager(dtype):
+    """HF's per-layer position counters (0-dim int64 buffers the step rewrites): the write-backs
+    share one builtin launch, and the inputs hold eager's values after every call."""
+    require_cuda()
+    fast = trident.compile(bump_both)
+    shapes = [(), (3, 5)]
+    for shape in shapes:
+        a, b = torch.zeros(shape, dtype=dtype, device="cuda"), torch.ones(shape, dtype=dtype, device="cuda")
+        ea, eb = a.clone(), b.clone()
+        step = torch.full(shape, 2, dtype=dtype, device="cuda")
+        for _ in range(3):
+            got, want = fast(a, b, step), bump_both(ea, eb, step)
+            assert torch.equal(got, want) and torch.equal(a, ea) and torch.equal(b, eb)
+        text = trident.explain(fast, a, b, step)
+        assert "strided_copy_pair" in text and 'call "aten::copy_"' not in text.split("structure")[-1], text

@@ -1,7 +1,8 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
 set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy, a
-same-shape add, adding a number (floating or integer tensors), relu, and the rotary embedding as HF models write it. builtin_lower.py sends them only the cases where they
-compute exactly what the ATen op computes (see there)."""
+same-shape add and adding a number (floating or integer tensors), relu, and the rotary embedding as
+HF models write it. builtin_lower.py and builtin_rotary.py send them only the cases where they
+compute exactly what the ATen ops compute (see there)."""
 import triton
 import triton.language as tl
 

@@ -3,8 +3,8 @@ the result is exactly ATen's: a copy between same-dtype tensors of one shape (th
 writes of a KV cache), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape with alpha 1 (a
 residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`; on contiguous int32/int64
 tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds (a decoder's
-cache positions). Everything else, and every case
-with a symbolic size or stride, stays an ATen call.
+cache positions). Everything else, and every case with a symbolic size or stride, stays an ATen
+call. lower.py also sends the write-backs of mutated inputs and buffers to copy().
 
 Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tensors), off, or all (any
 device; the launch then fails on CPU tensors, which is how CPU tests check the lowering without a GPU)."""

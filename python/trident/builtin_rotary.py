@@ -7,9 +7,9 @@ ATen runs that as seven ops and five kernels (mul, neg, cat, mul, add) per tenso
 rounded to the tensor's dtype after each multiplication as ATen's kernels round their results, then
 added and rounded. The kernel is compiled without fp contraction: with Triton's default, LLVM
 folds a rounded product and the sum into one fp16/bf16 fma and skips that rounding. Only fp16 and
-bf16 (fp32 would be exact the same way but has no GPU test, so it stays ATen's), static shapes of at most 4
-dimensions, the rotated dimension last, cos and sin of x's dtype broadcast to x's shape, and the
-pattern's inner results read by nothing else. Anything else stays ATen's ops.
+bf16 (fp32 would be exact the same way but has no GPU test, so it stays ATen's), static shapes of
+at most 4 dimensions, the rotated dimension last, cos and sin of x's dtype broadcast to x's shape,
+and the pattern's inner results read by nothing else. Anything else stays ATen's ops.
 
 plan() finds the patterns before lowering; Lowering.call skips their inner nodes (absorbed) and
 emits the launch at the final add (lower)."""

@@ -4,7 +4,8 @@ Inputs map to IR as follows: user tensors are `arg K` (K = the leaf index the na
 that argument), parameters/buffers/lifted constants are `state K` (K = index in the compiled
 function's state list), Python scalars are baked in (their values are guarded). ATen calls are
 normalized against their schema, so every call site carries all arguments positionally. Inputs the
-program mutates are written back in place with aten::copy_ after the body, as eager would have.
+program mutates are written back in place after the body, as eager would have: by a builtin copy
+(two per launch) where it is exact, else aten::copy_.
 
 Anything the lowering cannot represent raises UnsupportedError naming the node and the construct.
 """

@@ -132,3 +132,16 @@ def test_the_hf_llama_step_converts_its_attention_mask_once_for_all_layers():
     assert hf_llama.TINY.layers > 1
     assert calls(text, "_scaled_dot_product_flash_attention_for_cpu") == hf_llama.TINY.layers, text
     assert calls(text, "where.ScalarSelf") <= 1, text
+
+
+def test_a_symbolic_context_length_keeps_one_specialization_and_one_mask_conversion():
+    """The decomposed attention under dynamic shapes: the backend choice adds no guard that splits
+    the context lengths (CPU backend), and the mask is still converted once."""
+    fast = trident.compile(two_layers, dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    for length in (5, 9, 17, 33):
+        q, k, v = (torch.randn(1, 4, s, 16, generator=g) for s in (1, length, length))
+        mask = torch.rand(1, 1, 1, length, generator=g) > 0.3
+        assert torch.equal(fast(q, k, v, mask), two_layers(q, k, v, mask)), length
+    assert trident.counters(fast)["specializations"] == 1
+    assert calls(lowered_text(fast, q, k, v, mask), "where") == 1

@@ -9,6 +9,7 @@ A diagnostic: it switches the passes off by patching trident's modules for the s
 compile. Both variants must equal eager bit for bit, or it stops. On the CPU (a smoke test) it runs
 the tiny HF config."""
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -32,10 +33,6 @@ def compiled_without_passes(step, ids, pos):
     finally:
         trident.cse.eliminate, trident._compat._capture_decompositions = saved
     return off
-
-
-def median(v):
-    return sorted(v)[len(v) // 2]
 
 
 def main():
@@ -74,10 +71,10 @@ def main():
     print(f"\nHF step, batch {opts.batch}, {opts.rounds} interleaved rounds: median (min-max) µs per step")
     for name, _ in variants:
         s = submit[name]
-        line = f"{name:10s} submit {median(s):8.1f} ({min(s):.1f}-{max(s):.1f})"
+        line = f"{name:10s} submit {statistics.median(s):8.1f} ({min(s):.1f}-{max(s):.1f})"
         if name in wall:
             w = wall[name]
-            line += f"   wall {median(w):8.1f} ({min(w):.1f}-{max(w):.1f})"
+            line += f"   wall {statistics.median(w):8.1f} ({min(w):.1f}-{max(w):.1f})"
         print(line)
 
 

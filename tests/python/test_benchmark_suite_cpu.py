@@ -52,14 +52,14 @@ def test_a_failed_round_is_kept_over_a_faster_passing_one_and_a_skipped_round_is
     assert rounds.order(["a", "b", "c"], 1) == ["c", "b", "a"]
 
 
-def test_the_attention_mask_ab_compiles_both_variants_equal_to_eager_and_times_them():
-    """ab_attention_mask.py on the tiny HF config: with the capture passes the mask conversion is one
-    `where` for both layers, without them none (inside each whole sdpa call); both equal eager."""
-    cmd = [sys.executable, str(BENCH / "ab_attention_mask.py"), "--device", "cpu", "--rounds", "1"]
+def test_the_hf_step_ab_compiles_both_variants_equal_to_eager_and_times_them():
+    """ab_hf_step.py --off mask on the tiny HF config: with the capture passes the mask conversion is
+    one `where` for both layers, without them none (inside each whole sdpa call); both equal eager."""
+    cmd = [sys.executable, str(BENCH / "ab_hf_step.py"), "--off", "mask", "--device", "cpu", "--rounds", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = proc.stdout
-    assert "passes on  IR: 1 where calls, 2 attention calls" in out, out
-    assert "passes off IR: 0 where calls, 2 attention calls" in out, out
-    for name in ("passes on ", "passes off", "eager     "):
+    assert "as built       IR: 1 where calls, 2 attention calls" in out, out
+    assert "mask off       IR: 0 where calls, 2 attention calls" in out, out
+    for name in ("as built      ", "mask off      ", "eager         "):
         assert f"\n{name} submit " in out, out

@@ -1,0 +1,108 @@
+"""A/B in one process: the HF Llama's decode step compiled as trident compiles it, against the same
+step compiled with one of trident's changes switched off. Host submit and wall time per step, the
+variants interleaved so that the host's drift hits both alike.
+
+    python benchmarks/ab_hf_step.py [--off CHANGE] [--batch B] [--rounds N] [--device cpu]
+
+CHANGE (default mask) is one of OFF's keys:
+- mask: the two capture passes that convert the attention mask once per step (sdpa decomposed at
+  capture, _compat._capture_decompositions; equal pure calls merged, cse.py);
+- int_adds: the builtin integer adds (a decoder's cache positions) stay ATen calls.
+
+A diagnostic: it switches the change off by patching trident's modules for the second variant's
+compile only. Both variants must equal eager bit for bit, or it stops. On the CPU (a smoke test) it
+runs the tiny HF config."""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hf_llama  # noqa: E402
+import timing  # noqa: E402
+from profile_host import submit_us_per_step  # noqa: E402
+
+
+def _patches(change: str) -> list:
+    """[(module, attribute, value while the change is off)]"""
+    import trident._compat
+    import trident.builtin_lower
+    import trident.cse
+    return {
+        "mask": [(trident.cse, "eliminate", lambda graph: 0),
+                 (trident._compat, "_capture_decompositions", lambda: {})],
+        "int_adds": [(trident.builtin_lower, "_INT_DTYPES", ())],
+    }[change]
+
+
+OFF = ("mask", "int_adds")
+
+
+def compiled_without(change: str, step, ids, pos):
+    import trident
+    off = trident.compile(step, max_specializations=4)
+    patches = _patches(change)
+    saved = [getattr(m, a) for m, a, _ in patches]
+    for m, a, v in patches:
+        setattr(m, a, v)
+    try:
+        off(ids, pos)  # the compile happens here
+    finally:
+        for (m, a, _), v in zip(patches, saved):
+            setattr(m, a, v)
+    return off
+
+
+def _ir_summary(text: str) -> str:
+    calls = sum(1 for line in text.splitlines() if ' = call "aten::' in line)
+    return (f"{text.count(chr(34) + 'aten::where')} where calls, {text.count('scaled_dot_product')} attention "
+            f"calls, {calls} ATen calls, {text.count('launch ')} launches, {len(text.splitlines())} lines")
+
+
+def main():
+    import trident
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--off", choices=OFF, default="mask", help="the change the second variant is compiled without")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--device", default="cuda")
+    opts = ap.parse_args()
+    cfg = hf_llama.FULL if opts.device == "cuda" else hf_llama.TINY
+    model = hf_llama.build_model(cfg, opts.device)
+    if opts.device == "cuda":
+        hf_llama.use_kernels(model, triton=True)
+    step = hf_llama.DecodeStep(model, opts.batch, cfg.max_cache)
+    ids = torch.zeros((opts.batch, 1), dtype=torch.long, device=opts.device)
+    pos = torch.tensor([min(100, cfg.max_cache - 1)], device=opts.device)
+    on = trident.compile(step, max_specializations=4)
+    off = compiled_without(opts.off, step, ids, pos)
+    want = step(ids, pos)
+    names = ("as built", f"{opts.off} off")
+    for name, f in zip(names, (on, off)):
+        if not torch.equal(f(ids, pos), want):
+            sys.exit(f"{name}: the step's logits differ from eager's")
+        print(f"{name:14s} IR: {_ir_summary(trident.controller(f).lower_call(ids, pos).text)}")
+    variants = ((names[0], lambda: on(ids, pos)), (names[1], lambda: off(ids, pos)),
+                ("eager", lambda: step(ids, pos)))
+    submit = {name: [] for name, _ in variants}
+    wall = {name: [] for name, _ in variants[:2]}
+    for _ in range(opts.rounds):
+        for name, f in variants:
+            submit[name].append(submit_us_per_step(f, repeats=30))
+    for _ in range(max(3, opts.rounds // 2)):
+        for name, f in variants[:2]:
+            wall[name].append(timing.host_us_per_call(f, (), calls=100, repeats=1, warmup=10)[0])
+    print(f"\nHF step, batch {opts.batch}, {opts.rounds} interleaved rounds: median (min-max) µs per step")
+    for name, _ in variants:
+        s = submit[name]
+        line = f"{name:14s} submit {statistics.median(s):8.1f} ({min(s):.1f}-{max(s):.1f})"
+        if name in wall:
+            w = wall[name]
+            line += f"   wall {statistics.median(w):8.1f} ({min(w):.1f}-{max(w):.1f})"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

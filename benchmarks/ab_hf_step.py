@@ -7,7 +7,8 @@ variants interleaved so that the host's drift hits both alike.
 CHANGE (default mask) is one of OFF's keys:
 - mask: the two capture passes that convert the attention mask once per step (sdpa decomposed at
   capture, _compat._capture_decompositions; equal pure calls merged, cse.py);
-- int_adds: the builtin integer adds (a decoder's cache positions) stay ATen calls.
+- int_adds: the builtin integer adds (a decoder's cache positions) stay ATen calls;
+- index_copy: the StaticCache's one-position index_copy_ writes stay ATen calls.
 
 A diagnostic: it switches the change off by patching trident's modules for the second variant's
 compile only. Both variants must equal eager bit for bit, or it stops. On the CPU (a smoke test) it
@@ -34,10 +35,11 @@ def _patches(change: str) -> list:
         "mask": [(trident.cse, "eliminate", lambda graph: 0),
                  (trident._compat, "_capture_decompositions", lambda: {})],
         "int_adds": [(trident.builtin_lower, "_INT_DTYPES", ())],
+        "index_copy": [(trident.builtin_lower, "index_copy", lambda lw, node: False)],
     }[change]
 
 
-OFF = ("mask", "int_adds")
+OFF = ("mask", "int_adds", "index_copy")
 
 
 def compiled_without(change: str, step, ids, pos):

@@ -1,8 +1,8 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
 set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy, a
-same-shape add and adding a number (floating or integer tensors), relu, and the rotary embedding as
-HF models write it. builtin_lower.py and builtin_rotary.py send them only the cases where they
-compute exactly what the ATen ops compute (see there)."""
+one-position index_copy_, a same-shape add and adding a number (floating or integer tensors),
+relu, and the rotary embedding as HF models write it. builtin_lower.py and builtin_rotary.py send
+them only the cases where they compute exactly what the ATen ops compute (see there)."""
 import triton
 import triton.language as tl
 
@@ -44,6 +44,30 @@ def strided_copy_pair(dst0, src0, dst1, src1, n, s1, s2, s3, d0, d1, d2, d3, r0,
     else:
         v = tl.load(src1 + i0 * q0 + i1 * q1 + i2 * q2 + i3 * q3, mask=m)
         tl.store(dst1 + i0 * e0 + i1 * e1 + i2 * e2 + i3 * e3, v, mask=m)
+
+
+@triton.jit
+def index_copy_pair(dst0, src0, index0, dst1, src1, index1, n, s1, s2, s3, d0, d1, d2, d3, r0, r1, r2, r3,
+                    e0, e1, e2, e3, q0, q1, q2, q3, step0, step1, dim_size, BLOCK: tl.constexpr):
+    """dst.index_copy_(dim, index, src) for a one-element index (a decode step's cache write at
+    the position a device tensor holds), two such in one launch: program_id(1) 0 copies src0
+    (strides r*) to dst0 (d*) at index0[0], 1 src1 (q*) to dst1 (e*) at index1[0]; one launch of
+    grid y 1 does the first alone. The index space [n / (s1 s2 s3), s1, s2, s3] is src's, whose
+    size along `dim` is 1; step* is dst's stride along `dim` and dim_size its size there. An index
+    out of [0, dim_size) fails the device assert ATen's kernel has (compiled with debug)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    i0, i1, i2, i3 = _index4(offs, s1, s2, s3)
+    if tl.program_id(1) == 0:
+        idx = tl.load(index0)
+        tl.device_assert((idx >= 0) & (idx < dim_size), "index_copy_(): index out of bounds")
+        v = tl.load(src0 + i0 * r0 + i1 * r1 + i2 * r2 + i3 * r3, mask=m)
+        tl.store(dst0 + i0 * d0 + i1 * d1 + i2 * d2 + i3 * d3 + idx * step0, v, mask=m)
+    else:
+        idx = tl.load(index1)
+        tl.device_assert((idx >= 0) & (idx < dim_size), "index_copy_(): index out of bounds")
+        v = tl.load(src1 + i0 * q0 + i1 * q1 + i2 * q2 + i3 * q3, mask=m)
+        tl.store(dst1 + i0 * e0 + i1 * e1 + i2 * e2 + i3 * e3 + idx * step1, v, mask=m)
 
 
 @triton.jit

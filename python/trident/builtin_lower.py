@@ -1,6 +1,6 @@
 """ATen ops lowered to trident's own Triton kernels (builtin_kernels.py) and launched natively, when
 the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
-writes of a KV cache), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape with alpha 1 (a
+writes of a KV cache), a one-position index_copy_ (HF StaticCache's writes), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape with alpha 1 (a
 residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`; on contiguous int32/int64
 tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds (a decoder's
 cache positions). Everything else, and every case with a symbolic size or stride, stays an ATen
@@ -130,6 +130,74 @@ class _Copy:
                     or other.dst_memory & self.src_memory)
 
 
+def index_copy(lw, node: fx.Node) -> bool:
+    """dst.index_copy_(dim, index, src), chosen to run in place (reinplace.py), as a native launch
+    when the index has one element (a decode step's KV-cache write at the position a device tensor
+    holds: HF's StaticCache): same dtype, static shapes of at most 4 dimensions equal but at `dim`,
+    where src has size 1, and dst, src and index in three different memories. Two such writes in a
+    row (k and v) share a launch. One element means no duplicate positions, whose order ATen leaves
+    unspecified; a position outside dst fails a device assert, as in ATen's kernel. False when the
+    ATen call must stay (nothing emitted)."""
+    dst, dim, index, src = node.args[:4]
+    fd, fi, fs = (a.meta.get("val") if isinstance(a, fx.Node) else None for a in (dst, index, src))
+    if not (isinstance(dim, int) and _plain(fd) and _plain(fs) and _eligible(lw, fd)):
+        return False
+    if not (isinstance(fi, torch.Tensor) and fi.dtype == torch.int64 and fi.dim() <= 1 and fi.numel() == 1
+            and fi.device == fd.device and fi.layout == torch.strided):
+        return False
+    nd = fd.dim()
+    if not (1 <= nd <= 4 and fs.dim() == nd and fs.dtype == fd.dtype and fs.device == fd.device):
+        return False
+    dim %= nd
+    if fs.shape[dim] != 1 or any(a != b for k, (a, b) in enumerate(zip(fd.shape, fs.shape)) if k != dim):
+        return False
+    if len({_storage(fd), _storage(fs), _storage(fi)}) < 3:
+        return False
+    this = _IndexCopy(lw, node, lazy_views.launch_operand(lw, node, dst), fd,
+                      lazy_views.launch_operand(lw, node, src), fs, lazy_views.launch_operand(lw, node, index), dim)
+    if this.dst_memory & this.src_memory:
+        return False
+    held = lw.pending_copy
+    if isinstance(held, _IndexCopy) and held.pairs_with(this):
+        lw.pending_copy = None
+        _launch_index_copies(lw, held, this)
+        return True
+    flush(lw)
+    lw.pending_copy = this
+    return True
+
+
+class _IndexCopy(_Copy):
+    """A one-position index_copy_ held back like a copy, for the next one to share its launch.
+    dst_fake is the whole destination; the index space is src's."""
+
+    def __init__(self, lw, node, dst: str, dst_fake, src: str, src_fake, index: str, dim: int):
+        super().__init__(lw, node, dst, dst_fake, src, src_fake)
+        self.index, self.dim = index, dim
+        self.src_memory |= {_storage(node.args[2].meta["val"]), lazy_views.memory_root(lw, index)}
+
+    def pairs_with(self, other: "_Copy") -> bool:
+        return (isinstance(other, _IndexCopy) and other.dim == self.dim
+                and list(other.src_fake.shape) == list(self.src_fake.shape) and super().pairs_with(other))
+
+
+def _launch_index_copies(lw, a: _IndexCopy, b: _IndexCopy | None) -> None:
+    """a alone (grid y 1; its operands fill the second slot too, never run), or a and b together."""
+    pad = [0] * (4 - a.src_fake.dim())
+    sizes = [1] * len(pad) + list(a.src_fake.shape)
+    values = {"n": a.src_fake.numel(), "s1": sizes[1], "s2": sizes[2], "s3": sizes[3], "BLOCK": BLOCK,
+              "dim_size": a.dst_fake.shape[a.dim], "step0": a.dst_fake.stride(a.dim),
+              "step1": (b or a).dst_fake.stride(a.dim)}
+    tensors = {}
+    for k, (c, dn, sn) in enumerate(((a, "d", "r"), (b or a, "e", "q"))):
+        d, r = pad + list(c.dst_fake.stride()), pad + list(c.src_fake.stride())
+        values.update({f"{dn}{i}": d[i] for i in range(4)} | {f"{sn}{i}": r[i] for i in range(4)})
+        tensors.update({f"dst{k}": (c.dst, c.dst_fake), f"src{k}": (c.src, c.src_fake),
+                        f"index{k}": (c.index, c.node.args[2].meta["val"])})
+    _launch(lw, a.node, builtin_kernels.index_copy_pair, tensors, values, a.src_fake.numel(),
+            grid_y=2 if b is not None else 1, options={"debug": True})  # debug: the device assert
+
+
 def _storage(fake):
     return fake.untyped_storage()._cdata
 
@@ -147,11 +215,14 @@ def _strides(c: _Copy, dst_name: str, src_name: str) -> dict:
 
 
 def flush(lw):
-    """Launch the held copy alone."""
+    """Launch the held copy (or index copy) alone."""
     c = lw.pending_copy
     if c is None:
         return
     lw.pending_copy = None
+    if isinstance(c, _IndexCopy):
+        _launch_index_copies(lw, c, None)
+        return
     _launch(lw, c.node, builtin_kernels.strided_copy, {"dst": (c.dst, c.dst_fake), "src": (c.src, c.src_fake)},
             {**_index_space(c), **_strides(c, "d", "r")}, c.dst_fake.numel())
 
@@ -162,7 +233,7 @@ def holds_across(node: fx.Node, inplace) -> bool:
     if node.op != "call_function":
         return False
     if node in inplace:
-        return SCATTERS.get(node.target) in ("slice", "select", "copy")
+        return SCATTERS.get(node.target) in ("slice", "select", "copy", "index_copy")
     if node.target is operator.getitem or isinstance(node.meta.get("val"), (int, torch.SymInt)):
         return True
     return isinstance(node.target, torch._ops.OpOverload) and lazy_views.qualified(node.target) in lazy_views.VIEW_OPS

@@ -432,7 +432,10 @@ class _Lowerer:
                     builtin_lower.flush(self)
                     dst = target()
                     self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(node, src_node)}, false)")
+        elif kind == "index_copy" and builtin_lower.index_copy(self, node):
+            pass  # a builtin launch, maybe held back to pair with the next one
         else:
+            builtin_lower.flush(self)  # a held copy or index copy goes first, as the graph orders them
             a = [self.operand(node, x) for x in node.args]
             if kind == "index_copy":
                 self.lines.append(f"{self.value()} = call \"aten::index_copy_\" ({', '.join(a[:4])})")

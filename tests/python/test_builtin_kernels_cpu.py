@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 import torch
+import triton
 from fake_cuda import capture_as_sm90
 
 import trident
@@ -329,6 +330,16 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
                 s = float(torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64).float())
                 bk.add_scalar[(3,)](a, s, out, 2100, BLOCK=1024)
                 assert torch.equal(out, (a.float() + s).to(dtype)), (dtype, c)
+            # a one-position index_copy_ of k and of v, at two positions (in range: the interpreter
+            # runs no device assert; test_the_index_copy_kernel_asserts_its_position checks it)
+            kc, vc = torch.zeros(2, 4, 16, 8, dtype=dtype), torch.zeros(2, 4, 16, 8, dtype=dtype)
+            kv = torch.randn(2, 1, 8, 8, generator=g).to(dtype)
+            k, v = kv[:, :, :4].transpose(1, 2), kv[:, :, 4:].transpose(1, 2)
+            pk, pv = torch.tensor([5]), torch.tensor([15])
+            bk.index_copy_pair[(1, 2)](kc, k, pk, vc, v, pv, 64, 4, 1, 8, *kc.stride(), *k.stride(), *vc.stride(),
+                                       *v.stride(), kc.stride(2), vc.stride(2), 16, BLOCK=1024)
+            assert torch.equal(kc, torch.zeros_like(kc).index_copy_(2, pk, k)), dtype
+            assert torch.equal(vc, torch.zeros_like(vc).index_copy_(2, pv, v)), dtype
             for idtype in (torch.int32, torch.int64):  # integer adds wrap as ATen's do
                 top = torch.iinfo(idtype).max
                 a = torch.tensor([top, -top - 1, 0, -5, 7], dtype=idtype)
@@ -353,3 +364,75 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def kv_index_writes(k_cache, v_cache, k, v, pos):
+    """HF's StaticCache.update at decode: both caches written at the position tensor `pos`."""
+    k_cache.index_copy_(2, pos, k)
+    v_cache.index_copy_(2, pos, v)
+    return k_cache.sum() + v_cache.sum()
+
+
+def hf_kv_inputs(pos=5, positions=1):
+    caches = [torch.zeros(2, 4, 64, 32, dtype=torch.bfloat16) for _ in range(2)]
+    kv = torch.randn(2, positions, 8, 32, dtype=torch.bfloat16)  # [B, S, 2 * H, D], viewed per head
+    k, v = kv[:, :, :4].transpose(1, 2), kv[:, :, 4:].transpose(1, 2)
+    return (*caches, k, v, torch.arange(pos, pos + positions))
+
+
+def test_the_k_and_v_index_copies_at_a_position_tensor_share_one_launch():
+    text = lowered_text(kv_index_writes, *hf_kv_inputs())
+    (launch,) = launches(text, "index_copy_pair")
+    # grid (1, 2): k into k_cache at %4[0], then v into v_cache; n 256 over (4, 1, 32); dst strides
+    # (8192, 2048, 32, 1), src (256, 32, 256, 1) (a head-transposed projection); then the steps
+    # along dim 2 (32, 32) and its size 64. Ints equal to 1 are constexprs, dropped.
+    assert re.search(r"grid\(1, 2, 1\) \(%0, %2, %4, %1, %3, %4, 256, 4, 32, 8192, 2048, 32, 256, 32, 256, "
+                     r"8192, 2048, 32, 256, 32, 256, 32, 32, 64\)$", launch), launch
+    assert "aten::index_copy_" not in text, text
+
+
+def test_one_index_copy_alone_is_one_launch_of_grid_y_1():
+    k_cache, _, k, _, pos = hf_kv_inputs()
+    text = lowered_text(lambda c, k, p: c.index_copy_(2, p, k).sum(), k_cache, k, pos)
+    (launch,) = launches(text, "index_copy_pair")
+    assert "grid(1, 1, 1) (%0, %1, %2, %0, %1, %2," in launch and "aten::index_copy_" not in text, text
+
+
+@pytest.mark.parametrize("args", [
+    hf_kv_inputs(positions=3),                                           # several positions: prefill
+    hf_kv_inputs()[:4] + (torch.tensor([5], dtype=torch.int32),),        # an int32 index
+])
+def test_index_copies_the_kernel_does_not_cover_stay_aten(args):
+    text = lowered_text(kv_index_writes, *args)
+    assert text.count('call "aten::index_copy_"') == 2 and "index_copy_pair" not in text, text
+
+
+def test_a_copy_held_before_an_aten_index_copy_is_launched_first():
+    def both(cache, a, k_cache, k, pos):
+        cache[:, 3:4] = a
+        k_cache.index_copy_(2, pos, k)
+        return cache.sum() + k_cache.sum()
+    k_cache, _, k, _, pos = hf_kv_inputs(positions=3)
+    text = lowered_text(both, torch.zeros(4, 16), torch.randn(4, 1), k_cache, k, pos)
+    body = text[text.index("%0 = arg"):]
+    assert body.index("launch 0 ") < body.index('call "aten::index_copy_"'), body
+
+
+def test_the_index_copy_kernel_asserts_its_position(monkeypatch):
+    """ATen's index_copy_ kernel fails a device assert for a position outside the destination; so
+    does the builtin, compiled with debug (without it Triton drops device_assert). Read from its
+    PTX for sm_90: Triton's interpreter never runs device asserts."""
+    ptx = {}
+    compile_ = triton.compile
+
+    def keeping_ptx(src, target=None, options=None):
+        ck = compile_(src, target=target, options=options)
+        ptx[ck.metadata.name] = ck.asm["ptx"]
+        return ck
+    monkeypatch.setattr(triton, "compile", keeping_ptx)
+    lowered_text(kv_index_writes, *hf_kv_inputs())
+    text = next(t for name, t in ptx.items() if name.startswith("index_copy_pair"))
+    assert text.count("__assertfail") >= 2, text  # one per copy of the pair
+    assert "index_copy_(): index out of bounds" in bytes.fromhex(
+        "".join(f"{int(b):02x}" for ln in text.splitlines() if ".global .align 1 .b8 assertMessage" in ln
+                for b in ln.split("{")[1].split("}")[0].split(","))).decode("latin-1"), text

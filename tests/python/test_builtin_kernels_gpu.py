@@ -1,6 +1,11 @@
-"""trident's own copy, add and relu kernels (builtin_lower.py: a + b, a + number, relu; integer
-adds too) on the GPU machine (pytest -m gpu): every result equal to eager's bit for bit, and the
+"""trident's own copy, index-copy, add and relu kernels (builtin_lower.py: a + b, a + number, relu;
+integer adds too) on the GPU machine (pytest -m gpu): every result equal to eager's bit for bit, and the
 ATen ops they replace gone from the host program."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -168,3 +173,52 @@ def test_two_inputs_written_back_by_one_launch_match_eager(dtype):
             assert torch.equal(got, want) and torch.equal(a, ea) and torch.equal(b, eb)
         text = trident.explain(fast, a, b, step)
         assert "strided_copy_pair" in text and 'call "aten::copy_"' not in text.split("structure")[-1], text
+
+
+def kv_index_writes(k_cache, v_cache, kv, pos):
+    """HF's StaticCache.update at decode: k and v (head-transposed views of one projection) written
+    into their caches at the position tensor `pos`."""
+    k, v = kv[:, :, :4].transpose(1, 2), kv[:, :, 4:].transpose(1, 2)
+    k_cache.index_copy_(2, pos, k)
+    v_cache.index_copy_(2, pos, v)
+    return k_cache[:, :, : 40].sum(2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_index_copies_at_a_position_tensor_match_eager(dtype):
+    require_cuda()
+    fast = trident.compile(kv_index_writes)
+    caches = [torch.zeros(2, 4, 64, 32, dtype=dtype, device="cuda") for _ in range(2)]
+    want_caches = [c.clone() for c in caches]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for p in (0, 7, 39, 63):
+        kv = torch.randn(2, 1, 8, 32, device="cuda", generator=g).to(dtype)
+        pos = torch.tensor([p], device="cuda")
+        got, want = fast(*caches, kv, pos), kv_index_writes(*want_caches, kv, pos)
+        assert torch.equal(got, want) and all(torch.equal(a, b) for a, b in zip(caches, want_caches))
+    assert trident.counters(fast)["compiles"] == 1  # the position is a tensor: one specialization
+    text = trident.explain(fast, *caches, kv, pos)
+    assert "index_copy_pair" in text and "aten::index_copy_" not in text.split("structure")[-1], text
+
+
+def test_an_index_copy_position_outside_the_cache_fails_a_device_assert_as_eager():
+    """Run apart: a device assert leaves the CUDA context unusable."""
+    require_cuda()
+    script = textwrap.dedent(f"""
+        import sys, torch, trident
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from test_builtin_kernels_gpu import kv_index_writes
+        fast = trident.compile(kv_index_writes)
+        caches = [torch.zeros(2, 4, 64, 32, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+        kv = torch.randn(2, 1, 8, 32, device="cuda").to(torch.bfloat16)
+        fast(*caches, kv, torch.tensor([3], device="cuda"))
+        torch.cuda.synchronize()
+        print("in range ok", flush=True)
+        fast(*caches, kv, torch.tensor([64], device="cuda"))
+        torch.cuda.synchronize()
+        print("no assert", flush=True)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert "in range ok" in run.stdout and "no assert" not in run.stdout, out[-3000:]
+    assert "index out of bounds" in out or "device-side assert" in out, out[-3000:]

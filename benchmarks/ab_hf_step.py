@@ -43,6 +43,8 @@ OFF = ("mask", "int_adds", "index_copy")
 
 
 def compiled_without(change: str, step, ids, pos):
+    """The step compiled with the change off, and its IR (lowered again under the same patches:
+    lower_call captures and lowers anew with whatever trident's modules hold then)."""
     import trident
     off = trident.compile(step, max_specializations=4)
     patches = _patches(change)
@@ -51,10 +53,11 @@ def compiled_without(change: str, step, ids, pos):
         setattr(m, a, v)
     try:
         off(ids, pos)  # the compile happens here
+        text = trident.controller(off).lower_call(ids, pos).text
     finally:
         for (m, a, _), v in zip(patches, saved):
             setattr(m, a, v)
-    return off
+    return off, text
 
 
 def _ir_summary(text: str) -> str:
@@ -79,13 +82,14 @@ def main():
     ids = torch.zeros((opts.batch, 1), dtype=torch.long, device=opts.device)
     pos = torch.tensor([min(100, cfg.max_cache - 1)], device=opts.device)
     on = trident.compile(step, max_specializations=4)
-    off = compiled_without(opts.off, step, ids, pos)
+    off, off_text = compiled_without(opts.off, step, ids, pos)
     want = step(ids, pos)
     names = ("as built", f"{opts.off} off")
-    for name, f in zip(names, (on, off)):
+    texts = (trident.controller(on).lower_call(ids, pos).text, off_text)
+    for name, f, text in zip(names, (on, off), texts):
         if not torch.equal(f(ids, pos), want):
             sys.exit(f"{name}: the step's logits differ from eager's")
-        print(f"{name:14s} IR: {_ir_summary(trident.controller(f).lower_call(ids, pos).text)}")
+        print(f"{name:14s} IR: {_ir_summary(text)}")
     variants = ((names[0], lambda: on(ids, pos)), (names[1], lambda: off(ids, pos)),
                 ("eager", lambda: step(ids, pos)))
     submit = {name: [] for name, _ in variants}

@@ -8,7 +8,8 @@ CHANGE (default mask) is one of OFF's keys:
 - mask: the two capture passes that convert the attention mask once per step (sdpa decomposed at
   capture, _compat._capture_decompositions; equal pure calls merged, cse.py);
 - int_adds: the builtin integer adds (a decoder's cache positions) stay ATen calls;
-- index_copy: the StaticCache's one-position index_copy_ writes stay ATen calls.
+- index_copy: the StaticCache's one-position index_copy_ writes stay ATen calls;
+- clone: repeat_kv's clones stay ATen calls.
 
 A diagnostic: it switches the change off by patching trident's modules for the second variant's
 compile only. Both variants must equal eager bit for bit, or it stops. On the CPU (a smoke test) it
@@ -36,10 +37,11 @@ def _patches(change: str) -> list:
                  (trident._compat, "_capture_decompositions", lambda: {})],
         "int_adds": [(trident.builtin_lower, "_INT_DTYPES", ())],
         "index_copy": [(trident.builtin_lower, "index_copy", lambda lw, node: False)],
+        "clone": [(trident.builtin_lower, "clone", lambda lw, node: False)],
     }[change]
 
 
-OFF = ("mask", "int_adds", "index_copy")
+OFF = ("mask", "int_adds", "index_copy", "clone")
 
 
 def compiled_without(change: str, step, ids, pos):

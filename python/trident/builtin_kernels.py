@@ -1,8 +1,9 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
-set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy, a
-one-position index_copy_, a same-shape add and adding a number (floating or integer tensors),
-relu, and the rotary embedding as HF models write it. builtin_lower.py and builtin_rotary.py send
-them only the cases where they compute exactly what the ATen ops compute (see there)."""
+set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy (also a
+contiguous clone's), a one-position index_copy_, a same-shape add and adding a number (floating or
+integer tensors), relu, and the rotary embedding as HF models write it. builtin_lower.py and
+builtin_rotary.py send them only the cases where they compute exactly what the ATen ops compute (see
+there)."""
 import triton
 import triton.language as tl
 

@@ -1,10 +1,11 @@
 """ATen ops lowered to trident's own Triton kernels (builtin_kernels.py) and launched natively, when
 the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
-writes of a KV cache), a one-position index_copy_ (HF StaticCache's writes), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape with alpha 1 (a
-residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`; on contiguous int32/int64
-tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds (a decoder's
-cache positions). Everything else, and every case with a symbolic size or stride, stays an ATen
-call. lower.py also sends the write-backs of mutated inputs and buffers to copy().
+writes of a KV cache), a one-position index_copy_ (HF StaticCache's writes), a clone into a
+contiguous result (HF's repeat_kv), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape
+with alpha 1 (a residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`; on contiguous
+int32/int64 tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds
+(a decoder's cache positions). Everything else, and every case with a symbolic size or stride, stays
+an ATen call. lower.py also sends the write-backs of mutated inputs and buffers to copy().
 
 Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tensors), off, or all (any
 device; the launch then fails on CPU tensors, which is how CPU tests check the lowering without a GPU)."""
@@ -14,6 +15,7 @@ import operator
 
 import torch
 import torch.fx as fx
+from torch._prims_common import make_contiguous_strides_for
 
 from . import builtin_kernels, config, lazy_views
 from .reinplace import SCATTERS
@@ -98,15 +100,19 @@ def copy(lw, node: fx.Node, dst, dst_view, src, src_fake) -> bool:
     held = lw.pending_copy
     if held is not None and held.pairs_with(this):
         lw.pending_copy = None
-        values = {**_index_space(this), **_strides(held, "d", "r"), **_strides(this, "e", "q")}
-        _launch(lw, held.node, builtin_kernels.strided_copy_pair,
-                {"dst0": (held.dst, held.dst_fake), "src0": (held.src, held.src_fake),
-                 "dst1": (this.dst, this.dst_fake), "src1": (this.src, this.src_fake)},
-                values, this.dst_fake.numel(), grid_y=2)
+        _launch_copy_pair(lw, held, this)
         return True
     flush(lw)
     lw.pending_copy = this  # launched with the next copy it pairs with, or alone (flush)
     return True
+
+
+def _launch_copy_pair(lw, held: "_Copy", this: "_Copy") -> None:
+    values = {**_index_space(this), **_strides(held, "d", "r"), **_strides(this, "e", "q")}
+    _launch(lw, held.node, builtin_kernels.strided_copy_pair,
+            {"dst0": (held.dst, held.dst_fake), "src0": (held.src, held.src_fake),
+             "dst1": (this.dst, this.dst_fake), "src1": (this.src, this.src_fake)},
+            values, this.dst_fake.numel(), grid_y=2)
 
 
 class _Copy:
@@ -198,6 +204,56 @@ def _launch_index_copies(lw, a: _IndexCopy, b: _IndexCopy | None) -> None:
             grid_y=2 if b is not None else 1, options={"debug": True})  # debug: the device assert
 
 
+def clone(lw, node: fx.Node) -> bool:
+    """x.clone() whose result is contiguous (whatever memory_format asked for: the traced result's
+    strides decide) as an allocation and a builtin copy, held like a copy so that two clones of one
+    shape share a launch (HF's repeat_kv copies k and then v of the cache). Same dimensions for the
+    copy's index space once merged (_merged_dims): at most 4. False when ATen must clone it (nothing
+    emitted)."""
+    x = node.args[0] if len(node.args) == 1 and set(node.kwargs) <= {"memory_format"} else None
+    fs, out = (x.meta.get("val") if isinstance(x, fx.Node) else None), node.meta.get("val")
+    if not (_plain(fs) and _plain(out) and _eligible(lw, out) and fs.dtype == out.dtype
+            and fs.device == out.device and list(fs.shape) == list(out.shape)
+            and list(out.stride()) == list(make_contiguous_strides_for(out.shape))):
+        return False
+    merged = _merged_dims(out, fs)
+    if merged is None:
+        return False
+    res = lw.value()
+    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
+                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
+    lw.ops.append("aten::empty.memory_format")
+    lw.env[node] = res
+    lw.value_fakes[res] = out
+    this = _Copy(lw, node, res, merged[0], lazy_views.launch_operand(lw, node, x), merged[1])
+    held = lw.pending_copy
+    if held is not None and held.pairs_with(this):
+        lw.pending_copy = None
+        _launch_copy_pair(lw, held, this)
+        return True
+    flush(lw)
+    lw.pending_copy = this
+    return True
+
+
+def _merged_dims(dst, src):
+    """dst and src (one shape) as views of at most 4 dimensions that address the same elements in
+    the same order: size-1 dimensions dropped, neighbours merged where both tensors' strides allow.
+    None when more than 4 remain."""
+    dims = [(n, a, b) for n, a, b in zip(dst.shape, dst.stride(), src.stride()) if n != 1]
+    merged = []
+    for n, a, b in dims:
+        if merged and merged[-1][1] == a * n and merged[-1][2] == b * n:
+            merged[-1] = (merged[-1][0] * n, a, b)
+        else:
+            merged.append((n, a, b))
+    if len(merged) > 4:
+        return None
+    shape = [n for n, _, _ in merged]
+    return (dst.as_strided(shape, [a for _, a, _ in merged], dst.storage_offset()),
+            src.as_strided(shape, [b for _, _, b in merged], src.storage_offset()))
+
+
 def _storage(fake):
     return fake.untyped_storage()._cdata
 
@@ -229,22 +285,31 @@ def flush(lw):
 
 def holds_across(node: fx.Node, inplace) -> bool:
     """Whether a held copy may stay held while `node` is lowered: the node is a copy it may pair
-    with, or it touches no memory (views, shape arithmetic, getitem, export's assertions)."""
+    with, or it touches no memory (views, `_unsafe_view`, shape arithmetic, getitem, export's
+    assertions)."""
     if node.op != "call_function":
         return False
     if node in inplace:
         return SCATTERS.get(node.target) in ("slice", "select", "copy", "index_copy")
     if node.target is operator.getitem or isinstance(node.meta.get("val"), (int, torch.SymInt)):
         return True
-    return isinstance(node.target, torch._ops.OpOverload) and lazy_views.qualified(node.target) in lazy_views.VIEW_OPS
+    if node.target is torch.ops.aten.clone.default:
+        return True  # a copy it may pair with; elementwise() flushes first where ATen must clone
+    return isinstance(node.target, torch._ops.OpOverload) and (
+        lazy_views.qualified(node.target) in lazy_views.VIEW_OPS or node.target is torch.ops.aten._unsafe_view.default)
 
 
 def elementwise(lw, node: fx.Node) -> bool:
     """An ATen elementwise op as an allocation and a native launch of a builtin kernel, when the
-    kernel computes exactly what ATen does: `add.Tensor` (a + b, a + number) and `relu`. False when
-    ATen must run it (nothing emitted)."""
+    kernel computes exactly what ATen does: `add.Tensor` (a + b, a + number), `relu` and `clone`
+    (a held copy, see clone()). False when ATen must run it (nothing emitted)."""
     if node.target is torch.ops.aten.add.Tensor:
         return _add(lw, node)
+    if node.target is torch.ops.aten.clone.default:
+        if clone(lw, node):
+            return True
+        flush(lw)  # holds_across kept a held copy across this clone; ATen's clone may read its target
+        return False
     if node.target is torch.ops.aten.relu.default and len(node.args) == 1 and not node.kwargs:
         a = node.args[0]
         return isinstance(a, fx.Node) and _same_layout(lw, a.meta.get("val"), node.meta.get("val")) and _emit(

@@ -436,3 +436,76 @@ def test_the_index_copy_kernel_asserts_its_position(monkeypatch):
     assert "index_copy_(): index out of bounds" in bytes.fromhex(
         "".join(f"{int(b):02x}" for ln in text.splitlines() if ".global .align 1 .b8 assertMessage" in ln
                 for b in ln.split("{")[1].split("}")[0].split(","))).decode("latin-1"), text
+
+
+def repeat_kv(k_cache, v_cache, q):
+    """HF's repeat_kv (sdpa without enable_gqa): each cache's heads repeated by a contiguous clone
+    of an expanded view, k's and v's in a row."""
+    b, h, s, d = k_cache.shape
+    k = k_cache[:, :, None].expand(b, h, 2, s, d).reshape(b, 2 * h, s, d)
+    v = v_cache[:, :, None].expand(b, h, 2, s, d).reshape(b, 2 * h, s, d)
+    return (q @ k.transpose(-1, -2)) @ v
+
+
+def test_the_k_and_v_clones_of_repeat_kv_share_one_launch():
+    args = (torch.randn(1, 2, 96, 16), torch.randn(1, 2, 96, 16), torch.randn(1, 4, 1, 16))
+    text = lowered_text(repeat_kv, *args)
+    (launch,) = launches(text, "strided_copy_pair")
+    # [1, 2, 2, 96, 16] merged to [2, 2, 1536]: n 6144; dst strides (3072, 1536, 1), the caches'
+    # (1536, 0, 1): the repeat is a stride 0 (ints equal to 1 are constexprs, dropped)
+    assert re.search(r"grid\(6, 2, 1\) \(%3, %0, %5, %1, 6144, 2, 2, 1536, 0, 3072, 1536, 0, 1536, 0, 0, 3072, "
+                     r"1536, 0, 1536, 0\)$", launch), launch
+    assert "aten::clone" not in text and text.count('"aten::empty.memory_format" ([1, 2, 2, 96, 16]') == 2, text
+
+
+def permuted5(x):
+    return x.permute(4, 2, 0, 3, 1).clone() + 1
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x: x.clone(memory_format=torch.channels_last) + 1, (torch.randn(2, 3, 4, 5),)),  # not contiguous
+    (lambda x: x.clone() + 1, (torch.randn(4, 5).t(),)),                # preserve_format: the input's strides
+    (permuted5, (torch.randn(2, 3, 4, 5, 6),)),                         # 5 dimensions that do not merge
+    (lambda x: x.clone() + 1, (torch.randn(0, 3),)),                     # nothing to copy
+])
+def test_clones_the_kernel_does_not_cover_stay_aten(fn, args):
+    text = lowered_text(fn, *args)
+    assert text.count('call "aten::clone"') == 1 and "strided_copy" not in text, text
+
+
+def test_a_clone_of_what_a_held_copy_writes_is_launched_after_it():
+    def write_then_clone(cache, a):
+        cache[:, 3:4] = a
+        return cache.clone() * 2
+    text = lowered_text(write_then_clone, torch.zeros(4, 16), torch.randn(4, 1))
+    body = text[text.index("%0 = arg"):]
+    copies = launches(text, "strided_copy")
+    assert len(copies) == 2 and "strided_copy_pair" not in text, text
+    assert body.index(copies[0]) < body.index(copies[1]) and "(ptr(%0, 12), %1," in copies[0], body
+
+
+def test_a_held_copy_is_launched_before_a_clone_aten_keeps():
+    def write_then_clone(cache, a):
+        cache[:, :, 3:4] = a
+        return cache.clone(memory_format=torch.channels_last) * 2
+    text = lowered_text(write_then_clone, torch.zeros(1, 4, 16, 2), torch.randn(1, 4, 1, 2))
+    body = text[text.index("%0 = arg"):]
+    assert body.index("launch 0 ") < body.index('call "aten::clone"'), body
+
+
+@pytest.mark.parametrize("shape, make", [
+    ((1, 2, 2, 96, 16), lambda: torch.randn(1, 2, 96, 16)[:, :, None].expand(1, 2, 2, 96, 16)),
+    ((3, 4, 5), lambda: torch.randn(5, 4, 3).permute(2, 1, 0)),
+    ((2, 3, 4, 6, 6), lambda: torch.randn(2, 3, 4, 12, 6)[:, :, :, ::2]),
+    ((2, 1, 3, 1, 4, 1, 5), lambda: torch.randn(2, 3, 4, 5)[:, None, :, None, :, None]),
+    ((), lambda: torch.tensor(3.0)),
+])
+def test_merged_dimensions_address_the_same_elements(shape, make):
+    """builtin_lower._merged_dims on real tensors: copying through the merged views gives clone()."""
+    from trident.builtin_lower import _merged_dims
+    src = make()
+    dst = torch.empty(shape)
+    merged = _merged_dims(dst, src)
+    assert merged is not None and merged[0].dim() <= 4
+    merged[0].copy_(merged[1])
+    assert torch.equal(dst, src.clone())

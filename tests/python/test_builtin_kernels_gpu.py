@@ -222,3 +222,27 @@ def test_an_index_copy_position_outside_the_cache_fails_a_device_assert_as_eager
     out = run.stdout + run.stderr
     assert "in range ok" in run.stdout and "no assert" not in run.stdout, out[-3000:]
     assert "index out of bounds" in out or "device-side assert" in out, out[-3000:]
+
+
+def repeat_kv_attention(k_cache, v_cache, q):
+    """HF's repeat_kv (each cache's 2 heads repeated twice by a contiguous clone of an expanded
+    view), then attention scores and values in ATen."""
+    b, h, s, d = k_cache.shape
+    k = k_cache[:, :, None].expand(b, h, 2, s, d).reshape(b, 2 * h, s, d)
+    v = v_cache[:, :, None].expand(b, h, 2, s, d).reshape(b, 2 * h, s, d)
+    return (q @ k.transpose(-1, -2)).softmax(-1) @ v, k, v
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_repeat_kv_clones_match_eager(dtype, batch):
+    require_cuda()
+    fast = trident.compile(repeat_kv_attention)
+    g = torch.Generator(device="cuda").manual_seed(batch)
+    for _ in range(2):
+        k_cache, v_cache = (torch.randn(batch, 2, 96, 64, device="cuda", generator=g).to(dtype) for _ in range(2))
+        q = torch.randn(batch, 4, 1, 64, device="cuda", generator=g).to(dtype)
+        got, want = fast(k_cache, v_cache, q), repeat_kv_attention(k_cache, v_cache, q)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    text = trident.explain(fast, k_cache, v_cache, q)
+    assert "strided_copy_pair" in text and "aten::clone" not in text.split("structure")[-1], text

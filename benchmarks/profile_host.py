@@ -1,7 +1,7 @@
 """Where the host time of one decode step goes: per-op host cost of trident against eager for the
 ops a decode step is made of, and torch.profiler's table of the ATen ops one trident step runs.
 
-    python benchmarks/profile_host.py [--layers N] [--out DIR]
+    python benchmarks/profile_host.py [--layers N] [--batch B] [--out DIR]
     python benchmarks/profile_host.py --hf [--batch B] [--out DIR]   # the HF Llama's step instead
 
 A diagnostic, not a benchmark of record: run.py's numbers are the ones quoted. Each line of the
@@ -146,7 +146,7 @@ def main():
     ap.add_argument("--pos", type=int, nargs="+", default=[100, 511], help="decode positions to time")
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--hf", action="store_true", help="profile the HF Llama's step (hf_llama.py) instead")
-    ap.add_argument("--batch", type=int, default=1, help="--hf: batch size")
+    ap.add_argument("--batch", type=int, default=1, help="batch size of the decode step (or the HF step)")
     opts = ap.parse_args()
     import trident
 
@@ -177,13 +177,13 @@ def main():
         if device == "cpu":
             cfg = replace(models.TINY, n_layers=opts.layers, dtype=torch.float32)
         model = models.Decoder(cfg, use_triton=device == "cuda", device=device).eval()
-        caches = model.new_caches(1)
-        x = model.new_input(1)
+        caches = model.new_caches(opts.batch)
+        x = model.new_input(opts.batch)
         fast = trident.compile(model.decode_step, max_specializations=8)
         for pos in opts.pos:
             fast(x, caches, pos)
             e, t = time_pair(lambda: model.decode_step(x, caches, pos), (), lambda: fast(x, caches, pos), 100, 5)
-            name = f"decode step, {opts.layers} layers, pos {pos}"
+            name = f"decode step, {opts.layers} layers, batch {opts.batch}, pos {pos}"
             if device == "cuda":  # device time alone: each step captured in a CUDA graph and replayed
                 ge = timing.graph_replay_us(lambda: model.decode_step(x, caches, pos))[0]
                 gt = timing.graph_replay_us(lambda: fast(x, caches, pos))[0]

@@ -97,22 +97,20 @@ def copy(lw, node: fx.Node, dst, dst_view, src, src_fake) -> bool:
     this = _Copy(lw, node, dst(dst_fake), dst_fake, src(), src_fake)
     if this.dst_memory & this.src_memory:
         return False  # the same, seen through the runtime values (memory_root)
+    return _hold_or_pair(lw, this)
+
+
+def _hold_or_pair(lw, this: "_Copy") -> bool:
+    """Launch `this` together with the held copy when they pair (same kind, see pairs_with), else
+    launch the held one alone and hold `this` for the next one. True: `this` is taken care of."""
     held = lw.pending_copy
-    if held is not None and held.pairs_with(this):
+    if held is not None and type(held) is type(this) and held.pairs_with(this):
         lw.pending_copy = None
-        _launch_copy_pair(lw, held, this)
+        held.launch(lw, this)
         return True
     flush(lw)
     lw.pending_copy = this  # launched with the next copy it pairs with, or alone (flush)
     return True
-
-
-def _launch_copy_pair(lw, held: "_Copy", this: "_Copy") -> None:
-    values = {**_index_space(this), **_strides(held, "d", "r"), **_strides(this, "e", "q")}
-    _launch(lw, held.node, builtin_kernels.strided_copy_pair,
-            {"dst0": (held.dst, held.dst_fake), "src0": (held.src, held.src_fake),
-             "dst1": (this.dst, this.dst_fake), "src1": (this.src, this.src_fake)},
-            values, this.dst_fake.numel(), grid_y=2)
 
 
 class _Copy:
@@ -134,6 +132,19 @@ class _Copy:
             return False
         return not (self.dst_memory & (other.dst_memory | other.src_memory)
                     or other.dst_memory & self.src_memory)
+
+    def launch(self, lw, other: "_Copy | None" = None) -> None:
+        """This copy alone, or this and `other` (one it pairs with) in one launch."""
+        if other is None:
+            _launch(lw, self.node, builtin_kernels.strided_copy,
+                    {"dst": (self.dst, self.dst_fake), "src": (self.src, self.src_fake)},
+                    {**_index_space(self), **_strides(self, "d", "r")}, self.dst_fake.numel())
+            return
+        values = {**_index_space(other), **_strides(self, "d", "r"), **_strides(other, "e", "q")}
+        _launch(lw, self.node, builtin_kernels.strided_copy_pair,
+                {"dst0": (self.dst, self.dst_fake), "src0": (self.src, self.src_fake),
+                 "dst1": (other.dst, other.dst_fake), "src1": (other.src, other.src_fake)},
+                values, other.dst_fake.numel(), grid_y=2)
 
 
 def index_copy(lw, node: fx.Node) -> bool:
@@ -163,14 +174,7 @@ def index_copy(lw, node: fx.Node) -> bool:
                       lazy_views.launch_operand(lw, node, src), fs, lazy_views.launch_operand(lw, node, index), dim)
     if this.dst_memory & this.src_memory:
         return False
-    held = lw.pending_copy
-    if isinstance(held, _IndexCopy) and held.pairs_with(this):
-        lw.pending_copy = None
-        _launch_index_copies(lw, held, this)
-        return True
-    flush(lw)
-    lw.pending_copy = this
-    return True
+    return _hold_or_pair(lw, this)
 
 
 class _IndexCopy(_Copy):
@@ -185,6 +189,9 @@ class _IndexCopy(_Copy):
     def pairs_with(self, other: "_Copy") -> bool:
         return (isinstance(other, _IndexCopy) and other.dim == self.dim
                 and list(other.src_fake.shape) == list(self.src_fake.shape) and super().pairs_with(other))
+
+    def launch(self, lw, other: "_IndexCopy | None" = None) -> None:
+        _launch_index_copies(lw, self, other)
 
 
 def _launch_index_copies(lw, a: _IndexCopy, b: _IndexCopy | None) -> None:
@@ -225,15 +232,7 @@ def clone(lw, node: fx.Node) -> bool:
     lw.ops.append("aten::empty.memory_format")
     lw.env[node] = res
     lw.value_fakes[res] = out
-    this = _Copy(lw, node, res, merged[0], lazy_views.launch_operand(lw, node, x), merged[1])
-    held = lw.pending_copy
-    if held is not None and held.pairs_with(this):
-        lw.pending_copy = None
-        _launch_copy_pair(lw, held, this)
-        return True
-    flush(lw)
-    lw.pending_copy = this
-    return True
+    return _hold_or_pair(lw, _Copy(lw, node, res, merged[0], lazy_views.launch_operand(lw, node, x), merged[1]))
 
 
 def _merged_dims(dst, src):
@@ -276,11 +275,7 @@ def flush(lw):
     if c is None:
         return
     lw.pending_copy = None
-    if isinstance(c, _IndexCopy):
-        _launch_index_copies(lw, c, None)
-        return
-    _launch(lw, c.node, builtin_kernels.strided_copy, {"dst": (c.dst, c.dst_fake), "src": (c.src, c.src_fake)},
-            {**_index_space(c), **_strides(c, "d", "r")}, c.dst_fake.numel())
+    c.launch(lw)
 
 
 def holds_across(node: fx.Node, inplace) -> bool:

@@ -35,3 +35,17 @@ def capture_as_sm90(monkeypatch):
         yield
     finally:
         triton.runtime.driver._active = saved
+
+
+def keep_ptx(monkeypatch) -> dict:
+    """{kernel name: PTX} of every kernel triton.compile builds from now on (compiled for sm_90 under
+    capture_as_sm90): how CPU tests read what the device would run."""
+    ptx = {}
+    compile_ = triton.compile
+
+    def keeping_ptx(src, target=None, options=None):
+        ck = compile_(src, target=target, options=options)
+        ptx[ck.metadata.name] = ck.asm["ptx"]
+        return ck
+    monkeypatch.setattr(triton, "compile", keeping_ptx)
+    return ptx

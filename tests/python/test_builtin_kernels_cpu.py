@@ -10,8 +10,7 @@ import textwrap
 
 import pytest
 import torch
-import triton
-from fake_cuda import capture_as_sm90
+from fake_cuda import capture_as_sm90, keep_ptx
 
 import trident
 
@@ -422,14 +421,7 @@ def test_the_index_copy_kernel_asserts_its_position(monkeypatch):
     """ATen's index_copy_ kernel fails a device assert for a position outside the destination; so
     does the builtin, compiled with debug (without it Triton drops device_assert). Read from its
     PTX for sm_90: Triton's interpreter never runs device asserts."""
-    ptx = {}
-    compile_ = triton.compile
-
-    def keeping_ptx(src, target=None, options=None):
-        ck = compile_(src, target=target, options=options)
-        ptx[ck.metadata.name] = ck.asm["ptx"]
-        return ck
-    monkeypatch.setattr(triton, "compile", keeping_ptx)
+    ptx = keep_ptx(monkeypatch)
     lowered_text(kv_index_writes, *hf_kv_inputs())
     text = next(t for name, t in ptx.items() if name.startswith("index_copy_pair"))
     assert text.count("__assertfail") >= 2, text  # one per copy of the pair

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import triton
-from fake_cuda import capture_as_sm90
+from fake_cuda import capture_as_sm90, keep_ptx
 from rotary_cases import decode_inputs, rope, rotate_half
 
 import trident
@@ -49,14 +48,7 @@ def test_the_rotary_kernel_is_compiled_without_fp_contraction(builtins_on_cpu, m
     bf16x2/f16x2 fma, skipping that product's rounding: 1 ulp off eager in about a quarter of the
     elements on an H200. The lowering compiles the kernel with enable_fp_fusion=False; its PTX
     (compiled here for sm_90) has no fma and rounds each product and the sum."""
-    ptx = {}
-    compile_ = triton.compile
-
-    def keeping_ptx(src, target=None, options=None):
-        ck = compile_(src, target=target, options=options)
-        ptx[ck.metadata.name] = ck.asm["ptx"]
-        return ck
-    monkeypatch.setattr(triton, "compile", keeping_ptx)
+    ptx = keep_ptx(monkeypatch)
     low = lowered(rope, *decode_inputs(1, 16, 8, 128, dtype))
     assert low.ops.count("builtin:rotate_half_rotary") == 2, low.ops
     text = next(t for name, t in ptx.items() if name.startswith("rotate_half_rotary"))

@@ -226,12 +226,7 @@ def clone(lw, node: fx.Node) -> bool:
     merged = _merged_dims(out, fs)
     if merged is None:
         return False
-    res = lw.value()
-    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
-                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
-    lw.ops.append("aten::empty.memory_format")
-    lw.env[node] = res
-    lw.value_fakes[res] = out
+    res = _allocate(lw, node, out)
     return _hold_or_pair(lw, _Copy(lw, node, res, merged[0], lazy_views.launch_operand(lw, node, x), merged[1]))
 
 
@@ -361,16 +356,22 @@ def _emit(lw, node: fx.Node, kernel, inputs: dict, values: dict) -> bool:
     """Allocate node's result and launch `kernel` over its n elements: inputs are the kernel's tensor
     arguments (name -> fx node), values its other ones; `out`, `n` and `BLOCK` are filled in."""
     out = node.meta.get("val")
+    res = _allocate(lw, node, out)
+    tensors = {name: (lazy_views.launch_operand(lw, node, a), a.meta["val"]) for name, a in inputs.items()}
+    _launch(lw, node, kernel, {**tensors, "out": (res, out)}, {**values, "n": out.numel(), "BLOCK": BLOCK},
+            out.numel())
+    return True
+
+
+def _allocate(lw, node: fx.Node, out) -> str:
+    """A contiguous tensor like `out` (node's traced result) as node's value: emitted and returned."""
     res = lw.value()
     lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
                     f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
     lw.ops.append("aten::empty.memory_format")
-    tensors = {name: (lazy_views.launch_operand(lw, node, a), a.meta["val"]) for name, a in inputs.items()}
-    _launch(lw, node, kernel, {**tensors, "out": (res, out)}, {**values, "n": out.numel(), "BLOCK": BLOCK},
-            out.numel())
     lw.env[node] = res
     lw.value_fakes[res] = out
-    return True
+    return res
 
 
 def _as_opmath(c) -> float:

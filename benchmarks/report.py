@@ -31,7 +31,8 @@ def _note(entry):
         graphs = f"graphs {c['graphs']} " if "graphs" in c else ""
         parts.append(graphs + "specs %s compiles %s fallbacks %s kept %s escaped %s lt-replayed %s" % tuple(
             c.get(k) for k in ("specializations", "compiles", "fallbacks", "reused_buffers", "escaped_buffers",
-                               "cublaslt_replayed")))
+                               "cublaslt_replayed")) + (f" aten-replayed {c['aten_replayed']}" if c.get("aten_replay_sites")
+                                                        else ""))
     d = entry.get("dynamo")
     if d:
         parts.append(" ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items()))

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "ir/text.h"
+#include "runtime/op_replay.h"
 
 namespace trident::runtime {
 namespace {
@@ -191,11 +192,23 @@ AtenSite resolve_site(const ir::Instr& call) {
   for (size_t k = 0; k < formals.size(); ++k) site.args.push_back(plan(call.operands[k], formals[k], full, k));
   for (int64_t r : call.results) site.result_slots.push_back(static_cast<int32_t>(r));
   site.typed = find_typed(site);
+  site.replay = OpReplay::for_site(site);
   return site;
 }
 
 void AtenSite::invoke(trd_frame& f, const int64_t* dyn) const {
-  if (typed) { typed(*this, f, dyn); return; }
+  if (replay && replay->replay(*this, f, dyn)) return;
+  if (typed) {
+    typed(*this, f, dyn);
+  } else {
+    torch::jit::Stack stack = boxed_arguments(f, dyn);
+    op.callBoxed(stack);
+    store_returns(f, stack);
+  }
+  if (replay) replay->after_call(*this, f, dyn);
+}
+
+torch::jit::Stack AtenSite::boxed_arguments(const trd_frame& f, const int64_t* dyn) const {
   torch::jit::Stack stack;
   stack.reserve(args.size());
   for (const auto& p : args) {
@@ -234,7 +247,10 @@ void AtenSite::invoke(trd_frame& f, const int64_t* dyn) const {
       }
     }
   }
-  op.callBoxed(stack);
+  return stack;
+}
+
+void AtenSite::store_returns(trd_frame& f, torch::jit::Stack& stack) const {
   size_t r = 0;
   for (auto& v : stack) {
     if (v.isTensor()) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 
 #include <memory>
 #include <string>
@@ -32,6 +33,7 @@ struct ArgPlan {
 };
 
 using TypedFn = void (*)(const struct AtenSite& site, trd_frame& f, const int64_t* dyn);
+class OpReplay;  // op_replay.h
 
 struct AtenSite {
   std::string name;                 // "aten::mm", with overload when not default
@@ -43,9 +45,14 @@ struct AtenSite {
   mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed_gemm.cpp)
   std::shared_ptr<void> typed_handle;  // generic typed sites: their c10::TypedOperatorHandle
   std::shared_ptr<LtGemm> gemm;        // mm and linear sites: their cuBLASLt plan (lt_gemm.h)
+  std::shared_ptr<OpReplay> replay;    // calls whose launches may be recorded and replayed (op_replay.h)
 
   AtenSite(std::string n, c10::OperatorHandle h) : name(std::move(n)), op(std::move(h)) {}
   void invoke(trd_frame& f, const int64_t* dyn) const;
+  // The boxed path in two halves: the argument stack of this call, and its returns stored in the
+  // frame's result slots (throws when they do not fit the slots).
+  torch::jit::Stack boxed_arguments(const trd_frame& f, const int64_t* dyn) const;
+  void store_returns(trd_frame& f, torch::jit::Stack& returns) const;
   bool may_reuse() const;  // an allocation site served by a typed entry point that reuses buffers
 
   // Helpers for typed entry points.

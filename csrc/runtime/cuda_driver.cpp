@@ -1,5 +1,6 @@
 #include "runtime/cuda_driver.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
 
 #include <mutex>
@@ -51,6 +52,7 @@ Driver load() {
   bind_optional(lib, d.GraphDestroy, "cuGraphDestroy");
   bind_optional(lib, d.FuncGetParamInfo, "cuFuncGetParamInfo");
   bind_optional(lib, d.KernelGetFunction, "cuKernelGetFunction");
+  bind_optional(lib, d.StreamIsCapturing, "cuStreamIsCapturing");
   CUresult r = d.Init(0);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuInit failed with CUDA error " + std::to_string(r));
   return d;
@@ -80,6 +82,11 @@ void check(CUresult r, const std::string& what) {
   driver().GetErrorName(r, &name);
   driver().GetErrorString(r, &desc);
   throw std::runtime_error(what + ": " + name + ": " + desc);
+}
+
+CUstream current_stream(int device) {
+  const c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+  return static_cast<CUstream>(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle());
 }
 
 }  // namespace trident::runtime::cuda

@@ -40,10 +40,11 @@ struct Driver {
   CUresult (*GraphDestroy)(CUgraph);
   CUresult (*FuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*);
   CUresult (*KernelGetFunction)(CUfunction*, CUkernel);
+  CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus*);  // op_replay.h: not into a caller's capture
   bool capture_api() const {
     return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphGetNodes && GraphNodeGetType &&
            (GraphNodeGetDependencies || GraphNodeGetDependencies2) && GraphKernelNodeGetParams && GraphKernelNodeGetAttribute && GraphDestroy &&
-           FuncGetParamInfo && KernelGetFunction;
+           FuncGetParamInfo && KernelGetFunction && StreamIsCapturing;
   }
 };
 
@@ -52,5 +53,8 @@ const Driver& driver();
 
 // Throws std::runtime_error "<what>: <CUDA error name>: <description>" unless r == CUDA_SUCCESS.
 void check(CUresult r, const std::string& what);
+
+// PyTorch's current stream on CUDA device `device`, as a driver handle.
+CUstream current_stream(int device);
 
 }  // namespace trident::runtime::cuda

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "ir/text.h"
+#include "runtime/op_replay.h"
 
 namespace trident::runtime {
 
@@ -65,6 +66,16 @@ LoadedModule::GemmStats LoadedModule::gemm_stats() const {
     g.replayed += site.gemm->replaying();
   }
   return g;
+}
+
+LoadedModule::ReplayStats LoadedModule::replay_stats() const {
+  ReplayStats r;
+  for (const auto& site : sites_) {
+    if (!site.replay) continue;
+    ++r.sites;
+    r.replaying += site.replay->replaying();
+  }
+  return r;
 }
 
 }  // namespace trident::runtime

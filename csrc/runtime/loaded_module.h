@@ -53,6 +53,11 @@ class LoadedModule {
     int64_t native = 0, declined = 0, replayed = 0;
   };
   GemmStats gemm_stats() const;
+  // Sites whose ATen call may replay its recorded launches (op_replay.h), and those replaying now.
+  struct ReplayStats {
+    int64_t sites = 0, replaying = 0;
+  };
+  ReplayStats replay_stats() const;
 
  private:
   std::string path_;

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/cuda_driver.h"
 #include "runtime/launch_record.h"
+#include "runtime/reason_tally.h"
 
 namespace trident::runtime {
 namespace {
@@ -86,31 +88,21 @@ bool replay_enabled() {
   return on;
 }
 
-std::mutex g_refusal_mu;
-std::vector<std::pair<std::string, int64_t>>& refusals() {
-  static auto* r = new std::vector<std::pair<std::string, int64_t>>();  // never destroyed (exit order)
-  return *r;
+ReasonTally& refusal_tally() {
+  static auto* t = new ReasonTally();  // never destroyed (exit order)
+  return *t;
 }
 
-void* current_stream(int device) {
-  const c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
-  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
-}
+void* current_stream(int device) { return cuda::current_stream(device); }
 
 }  // namespace
 
-std::vector<std::pair<std::string, int64_t>> replay_refusals() {
-  std::lock_guard<std::mutex> lock(g_refusal_mu);
-  return refusals();
-}
+std::vector<std::pair<std::string, int64_t>> replay_refusals() { return refusal_tally().snapshot(); }
 
 void LtGemm::stop_replay(const std::string& why) const {
   record_.reset();
   replay_state_ = ReplayState::Off;
-  std::lock_guard<std::mutex> lock(g_refusal_mu);
-  for (auto& r : refusals())
-    if (r.first == why) return void(++r.second);
-  if (refusals().size() < 16) refusals().emplace_back(why, 1);
+  refusal_tally().add(why);
 }
 
 bool LtGemm::make_plan(const at::Tensor& a, const at::Tensor& b, int device, Plan& p) const {

@@ -15,6 +15,8 @@
 #include "ir/verifier.h"
 #include "planner/liveness.h"
 #include "runtime/lt_gemm.h"
+#include "runtime/op_replay.h"
+#include "runtime/private_pool.h"
 #include "scm_object.h"
 
 namespace trident::bindings {
@@ -133,17 +135,83 @@ PyObject* py_bump_state_epoch(PyObject*, PyObject*) {
 
 PyObject* py_cache_dir(PyObject*, PyObject*) { return PyUnicode_FromString(codegen::cache_dir().c_str()); }
 
-// [(reason, sites)] for the cuBLASLt sites of this process that do not replay (lt_gemm.h).
-PyObject* py_cublaslt_replay_refusals(PyObject*, PyObject*) {
-  const auto refusals = runtime::replay_refusals();
-  PyObject* list = PyList_New(static_cast<Py_ssize_t>(refusals.size()));  // new ref
+// [(reason, count)] as a Python list (new reference).
+PyObject* reason_list(const std::vector<std::pair<std::string, int64_t>>& reasons) {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(reasons.size()));  // new ref
   if (!list) return nullptr;
-  for (size_t i = 0; i < refusals.size(); ++i) {
-    PyObject* item = Py_BuildValue("(sL)", refusals[i].first.c_str(), (long long)refusals[i].second);  // new ref
+  for (size_t i = 0; i < reasons.size(); ++i) {
+    PyObject* item = Py_BuildValue("(sL)", reasons[i].first.c_str(), (long long)reasons[i].second);  // new ref
     if (!item) return Py_DECREF(list), nullptr;
     PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);  // steals item
   }
   return list;
+}
+
+// [(reason, sites)] for the cuBLASLt sites of this process that do not replay (lt_gemm.h).
+PyObject* py_cublaslt_replay_refusals(PyObject*, PyObject*) { return reason_list(runtime::replay_refusals()); }
+
+// [(reason, sites)] for the ATen call sites of this process that stopped replaying (op_replay.h).
+PyObject* py_aten_replay_refusals(PyObject*, PyObject*) { return reason_list(runtime::OpReplay::refusals()); }
+
+// Whether Python may be called: a module destroyed while the interpreter finalizes releases its
+// pools without it (the process is ending; the memory goes with it).
+bool python_callable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// Calls fn(device[, pool]) under the GIL; the result (new reference) or nullptr with the error cleared.
+PyObject* call_pool_fn(PyObject* fn, int device, const runtime::PoolId* pool) {
+  if (!python_callable()) return nullptr;
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject* r = pool ? PyObject_CallFunction(fn, "i(KK)", device, (unsigned long long)(*pool)[0],
+                                             (unsigned long long)(*pool)[1])
+                     : PyObject_CallFunction(fn, "i", device);
+  if (!r) PyErr_Clear();
+  PyGILState_Release(g);
+  return r;
+}
+
+// set_private_pool_api(begin, end, release): PyTorch's routing of a thread's CUDA allocations to a
+// private pool (trident._compat.private_pool_api), for the ATen replay sites (private_pool.h):
+// begin(device) -> pool id (two ints), end(device, pool), release(device, pool). Kept for the process.
+PyObject* py_set_private_pool_api(PyObject*, PyObject* args) {
+  PyObject *begin, *end, *release;
+  if (!PyArg_ParseTuple(args, "OOO", &begin, &end, &release)) return nullptr;
+  if (!PyCallable_Check(begin) || !PyCallable_Check(end) || !PyCallable_Check(release)) {
+    PyErr_SetString(PyExc_TypeError, "set_private_pool_api(begin, end, release) takes three callables");
+    return nullptr;
+  }
+  Py_INCREF(begin), Py_INCREF(end), Py_INCREF(release);  // kept for the process
+  runtime::PrivatePoolApi api;
+  api.begin = [begin](int device, runtime::PoolId* pool) {
+    PyObject* r = call_pool_fn(begin, device, nullptr);
+    if (!r) return false;
+    PyGILState_STATE g = PyGILState_Ensure();
+    unsigned long long a = 0, b = 0;
+    const bool ok = PyArg_ParseTuple(r, "KK", &a, &b);
+    if (!ok) PyErr_Clear();
+    Py_DECREF(r);
+    PyGILState_Release(g);
+    if (ok) *pool = {a, b};
+    return ok;
+  };
+  auto forward = [](PyObject* fn) {
+    return [fn](int device, const runtime::PoolId& pool) {
+      PyObject* r = call_pool_fn(fn, device, &pool);
+      if (!r) return;
+      PyGILState_STATE g = PyGILState_Ensure();
+      Py_DECREF(r);
+      PyGILState_Release(g);
+    };
+  };
+  api.end = forward(end);
+  api.release = forward(release);
+  runtime::set_private_pool_api(std::move(api));
+  Py_RETURN_NONE;
 }
 
 PyMethodDef methods[] = {
@@ -159,6 +227,10 @@ PyMethodDef methods[] = {
     {"cache_dir", py_cache_dir, METH_NOARGS, "Where compiled modules are cached."},
     {"cublaslt_replay_refusals", py_cublaslt_replay_refusals, METH_NOARGS,
      "[(reason, sites)]: why cuBLASLt sites of this process do not replay their recorded launches."},
+    {"aten_replay_refusals", py_aten_replay_refusals, METH_NOARGS,
+     "[(reason, sites)]: why ATen call sites of this process stopped replaying their recorded launches."},
+    {"set_private_pool_api", py_set_private_pool_api, METH_VARARGS,
+     "set_private_pool_api(begin, end, release): private-pool routing for the ATen replay sites."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "trident._C", "torch-trident native core", -1, methods};

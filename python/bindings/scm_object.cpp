@@ -244,8 +244,9 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
   runtime::LoadedModule::ReuseStats reuse;
   runtime::LoadedModule::GemmStats gemm;
-  if (st->loaded) reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
+  runtime::LoadedModule::ReplayStats replay;
+  if (st->loaded) reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats(), replay = st->loaded->replay_stats();
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
                        "misses", (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
                        "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
                        (unsigned long long)st->fallbacks, "module_cache_loads",
@@ -253,7 +254,8 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
                        "reused_buffers", (long long)reuse.holding, "escaped_buffers", (long long)reuse.escaped,
                        "reused_bytes", (long long)reuse.bytes, "cublaslt_gemms", (long long)gemm.native,
                        "cublaslt_declined", (long long)gemm.declined, "cublaslt_replayed",
-                       (long long)gemm.replayed);
+                       (long long)gemm.replayed, "aten_replay_sites", (long long)replay.sites, "aten_replayed",
+                       (long long)replay.replaying);
 }
 
 PyObject* scm_note_fallback(PyObject* py_self, PyObject*) {

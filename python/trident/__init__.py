@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from . import _C, _state
+from . import _C, _compat, _state
 from .compiled import CompiledFunction
 from .config import Options, kept_bytes as _kept_bytes
 from .errors import MissPolicyError, TridentError, UnsupportedError
@@ -18,6 +18,9 @@ __all__ = ["compile", "counters", "explain", "TridentError", "UnsupportedError",
 __version__ = "0.1.0"
 
 _kept_bytes()  # a malformed TRIDENT_KEPT_BYTES fails at import, not silently in the native runtime
+
+if (_pool_api := _compat.private_pool_api()) is not None:
+    _C.set_private_pool_api(*_pool_api)  # for the ATen calls that replay (csrc/runtime/op_replay.h)
 
 _state.install_hooks()
 
@@ -59,5 +62,8 @@ def counters(compiled) -> dict:
     and the fp16/bf16 CUDA GEMM sites (mm, linear) that call cuBLASLt directly: cublaslt_gemms (after
     their first result matched at::mm bit for bit), cublaslt_declined (sites that went back to ATen),
     cublaslt_replayed (sites issuing their recorded cuBLASLt launches without cuBLASLt: same pointers as
-    the call before, first replay bit for bit equal; TRIDENT_CUBLASLT_REPLAY=0 turns it off)."""
+    the call before, first replay bit for bit equal; TRIDENT_CUBLASLT_REPLAY=0 turns it off);
+    and the ATen calls that may replay their recorded launches (cuDNN attention without dropout):
+    aten_replay_sites, aten_replayed (sites doing so now: same inputs as the call before, first
+    replay bit for bit equal, results not held elsewhere; TRIDENT_ATEN_REPLAY=0 turns it off)."""
     return controller(compiled).scm.counters()

@@ -55,6 +55,31 @@ def _capture_decompositions() -> dict:
     return {op: _get_decomp_for_cia(op)}
 
 
+def private_pool_api():
+    """(begin, end, release) routing the calling thread's CUDA allocations to a private pool of
+    PyTorch's caching allocator, as torch.cuda.graph does (csrc/runtime/private_pool.h): begin(device)
+    makes a pool and returns its id, end(device, pool) stops the routing, release(device, pool) gives
+    the pool back. None when this torch lacks the private bindings (2.8 introduced the thread-scoped
+    one); then ATen calls never replay (csrc/runtime/op_replay.h)."""
+    C = torch._C
+    if not all(hasattr(C, n) for n in ("_cuda_beginAllocateCurrentThreadToPool", "_cuda_endAllocateToPool",
+                                       "_cuda_releasePool")) or not hasattr(torch.cuda, "graph_pool_handle"):
+        return None
+
+    def begin(device: int):
+        pool = torch.cuda.graph_pool_handle()
+        C._cuda_beginAllocateCurrentThreadToPool(device, pool)
+        return pool
+
+    def end(device: int, pool) -> None:
+        C._cuda_endAllocateToPool(device, pool)
+
+    def release(device: int, pool) -> None:
+        C._cuda_releasePool(device, pool)
+
+    return begin, end, release
+
+
 # Dynamo installs each graph it compiles as a global `__compiled_fn_<n>_<uuid>` in the namespace
 # of the frame it traced (OutputGraph.install_global_unsafe); a CleanupHook deletes it when that
 # frame's cache entry dies. Strict export's capture leaves no cache entry behind, so nothing ever

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 #   trident's own Triton kernels, builtin_lower.py), "off", or "all" (any device; CPU tests).
 # TRIDENT_CUBLASLT_REPLAY: "0" turns off the replay of recorded cuBLASLt launches at GEMM sites whose
 #   pointers repeat (csrc/runtime/lt_gemm.h); read once, by the native runtime, at its first GEMM.
+# TRIDENT_ATEN_REPLAY: "0" turns off the replay of recorded launches at ATen call sites (cuDNN
+#   attention without dropout) whose inputs repeat (csrc/runtime/op_replay.h); read once, by the
+#   native runtime, when a module is loaded.
 # TRIDENT_KEPT_BYTES: how many bytes of intermediate buffers one compiled module may keep from one
 #   call to the next (csrc/runtime/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
 #   every allocation site allocates on every call, as eager does: less memory held between and

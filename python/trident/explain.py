@@ -25,6 +25,8 @@ def explain(compiled, *args, **kwargs) -> str:
              f"  state tensors: {len(c.state)}"]
     for why, sites in _C.cublaslt_replay_refusals():  # process-wide: the sites of every compiled function
         lines.append(f"  cuBLASLt sites not replaying ({sites} in this process): {why}")
+    for why, sites in _C.aten_replay_refusals():
+        lines.append(f"  ATen call sites not replaying ({sites} in this process): {why}")
     if args or kwargs:
         choice = scm.select(*args, **kwargs)
         lines.append(f"  these arguments select: {'spec %d' % choice if choice >= 0 else 'nothing (miss)'}")

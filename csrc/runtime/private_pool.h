@@ -1,0 +1,33 @@
+// Routing the calling thread's CUDA allocations to a private memory pool of PyTorch's caching
+// allocator, as torch.cuda.graph does during a capture: what op_replay.h needs so that a recorded
+// ATen call's outputs and workspace stay memory no one else is given.
+//
+// The runtime does not link c10_cuda (it builds against CPU-only torch and reaches the driver with
+// dlopen), so the functions come from Python: trident._compat.private_pool_api() wraps PyTorch's
+// own (torch._C._cuda_beginAllocateCurrentThreadToPool and friends) and the bindings install them
+// at import. Absent (never installed, or a torch without them), nothing is recorded.
+//
+// Contract: begin() makes a fresh pool and routes the thread's allocations on `device` to it until
+// end(); release() gives the pool back, its memory freed once no tensor uses it. Called with the
+// GIL held (recording happens on the hot path's thread, which holds it); they never throw: false
+// (begin) or nothing (end, release) when Python raised, the error cleared.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+
+namespace trident::runtime {
+
+using PoolId = std::array<uint64_t, 2>;  // PyTorch's MempoolId_t
+
+struct PrivatePoolApi {
+  std::function<bool(int device, PoolId* pool)> begin;
+  std::function<void(int device, const PoolId& pool)> end;
+  std::function<void(int device, const PoolId& pool)> release;
+};
+
+void set_private_pool_api(PrivatePoolApi api);
+const PrivatePoolApi* private_pool_api();  // nullptr until installed
+
+}  // namespace trident::runtime

@@ -9,15 +9,18 @@ CHANGE (default mask) is one of OFF's keys:
   capture, _compat._capture_decompositions; equal pure calls merged, cse.py);
 - int_adds: the builtin integer adds (a decoder's cache positions) stay ATen calls;
 - index_copy: the StaticCache's one-position index_copy_ writes stay ATen calls;
-- clone: repeat_kv's clones stay ATen calls.
+- clone: repeat_kv's clones stay ATen calls;
+- aten_replay: cuDNN attention never replays its recorded launches (csrc/runtime/op_replay.h).
 
-A diagnostic: it switches the change off by patching trident's modules for the second variant's
-compile only. Both variants must equal eager bit for bit, or it stops. On the CPU (a smoke test) it
-runs the tiny HF config."""
+A diagnostic: it switches the change off by patching trident's modules (or, for aten_replay, the
+native runtime's switch) for the second variant's compile only. Both variants must equal eager bit
+for bit, or it stops. On the CPU (a smoke test) it runs the tiny HF config."""
 import argparse
+import contextlib
 import statistics
 import sys
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -27,21 +30,34 @@ import timing  # noqa: E402
 from profile_host import submit_us_per_step  # noqa: E402
 
 
-def _patches(change: str) -> list:
-    """[(module, attribute, value while the change is off)]"""
+@contextlib.contextmanager
+def _aten_replay_off():
+    """Modules loaded inside get no ATen replay sites (csrc/runtime/op_replay.h)."""
+    from trident import _C
+    before = _C._set_aten_replay(False)
+    try:
+        yield
+    finally:
+        _C._set_aten_replay(before)
+
+
+def _switched_off(change: str) -> list:
+    """The context managers under which a compile has `change` off."""
     import trident._compat
     import trident.builtin_lower
     import trident.cse
+    patch = mock.patch.object
     return {
-        "mask": [(trident.cse, "eliminate", lambda graph: 0),
-                 (trident._compat, "_capture_decompositions", lambda: {})],
-        "int_adds": [(trident.builtin_lower, "_INT_DTYPES", ())],
-        "index_copy": [(trident.builtin_lower, "index_copy", lambda lw, node: False)],
-        "clone": [(trident.builtin_lower, "clone", lambda lw, node: False)],
+        "mask": [patch(trident.cse, "eliminate", lambda graph: 0),
+                 patch(trident._compat, "_capture_decompositions", lambda: {})],
+        "int_adds": [patch(trident.builtin_lower, "_INT_DTYPES", ())],
+        "index_copy": [patch(trident.builtin_lower, "index_copy", lambda lw, node: False)],
+        "clone": [patch(trident.builtin_lower, "clone", lambda lw, node: False)],
+        "aten_replay": [_aten_replay_off()],
     }[change]
 
 
-OFF = ("mask", "int_adds", "index_copy", "clone")
+OFF = ("mask", "int_adds", "index_copy", "clone", "aten_replay")
 
 
 def compiled_without(change: str, step, ids, pos):
@@ -49,16 +65,11 @@ def compiled_without(change: str, step, ids, pos):
     lower_call captures and lowers anew with whatever trident's modules hold then)."""
     import trident
     off = trident.compile(step, max_specializations=4)
-    patches = _patches(change)
-    saved = [getattr(m, a) for m, a, _ in patches]
-    for m, a, v in patches:
-        setattr(m, a, v)
-    try:
+    with contextlib.ExitStack() as stack:
+        for cm in _switched_off(change):
+            stack.enter_context(cm)
         off(ids, pos)  # the compile happens here
         text = trident.controller(off).lower_call(ids, pos).text
-    finally:
-        for (m, a, _), v in zip(patches, saved):
-            setattr(m, a, v)
     return off, text
 
 
@@ -91,7 +102,7 @@ def main():
     for name, f, text in zip(names, (on, off), texts):
         if not torch.equal(f(ids, pos), want):
             sys.exit(f"{name}: the step's logits differ from eager's")
-        print(f"{name:14s} IR: {_ir_summary(text)}")
+        print(f"{name:15s} IR: {_ir_summary(text)}; ATen replay sites {trident.counters(f)['aten_replay_sites']}")
     variants = ((names[0], lambda: on(ids, pos)), (names[1], lambda: off(ids, pos)),
                 ("eager", lambda: step(ids, pos)))
     submit = {name: [] for name, _ in variants}
@@ -105,7 +116,7 @@ def main():
     print(f"\nHF step, batch {opts.batch}, {opts.rounds} interleaved rounds: median (min-max) µs per step")
     for name, _ in variants:
         s = submit[name]
-        line = f"{name:14s} submit {statistics.median(s):8.1f} ({min(s):.1f}-{max(s):.1f})"
+        line = f"{name:15s} submit {statistics.median(s):8.1f} ({min(s):.1f}-{max(s):.1f})"
         if name in wall:
             w = wall[name]
             line += f"   wall {statistics.median(w):8.1f} ({min(w):.1f}-{max(w):.1f})"

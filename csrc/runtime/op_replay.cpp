@@ -5,6 +5,7 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -18,11 +19,11 @@ namespace {
 
 using P = ArgPlan::Kind;
 
-bool replay_enabled() {
-  static const bool on = [] {
+std::atomic<bool>& replay_switch() {
+  static std::atomic<bool> on{[] {
     const char* v = std::getenv("TRIDENT_ATEN_REPLAY");
     return !(v && std::strcmp(v, "0") == 0);
-  }();
+  }()};
   return on;
 }
 
@@ -72,7 +73,7 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 }  // namespace
 
 std::shared_ptr<OpReplay> OpReplay::for_site(const AtenSite& site) {
-  if (!replay_enabled() || site.name != "aten::_scaled_dot_product_cudnn_attention") return nullptr;
+  if (!replay_switch().load() || site.name != "aten::_scaled_dot_product_cudnn_attention") return nullptr;
   // (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, return_debug_mask, *, scale)
   const auto& a = site.args;
   if (a.size() != 9 || a[4].kind != P::Const || !a[4].constant.isBool() || a[5].kind != P::Const ||
@@ -88,6 +89,8 @@ OpReplay::OpReplay(std::vector<size_t> valued) : valued_(std::move(valued)) {}
 OpReplay::~OpReplay() { drop_record(); }
 
 std::vector<std::pair<std::string, int64_t>> OpReplay::refusals() { return refusal_tally().snapshot(); }
+
+bool OpReplay::set_enabled_for_new_modules(bool on) { return replay_switch().exchange(on); }
 
 bool OpReplay::key_of(const AtenSite& s, const trd_frame& f, const int64_t* dyn, Key& key, int* device,
                       void** stream) const {

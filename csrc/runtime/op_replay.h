@@ -27,8 +27,9 @@
 //     execution plan they belong to (a cache eviction), a replay would launch a function that is
 //     gone. The driver's refusal stops the site; whether eviction happens is to be checked.
 //   - A thread that finds the site busy (another thread recording it) runs ATen and records nothing.
-//   - TRIDENT_ATEN_REPLAY=0 turns it off (read once; python/trident/config.py documents it). Why
-//     a site stopped is kept process-wide (replay_refusals(), shown by trident.explain).
+//   - TRIDENT_ATEN_REPLAY=0 turns it off (read once; python/trident/config.py documents it) for the
+//     modules loaded after. Why a site stopped is kept process-wide (refusals(), shown by
+//     trident.explain).
 #pragma once
 
 #include <c10/util/SmallVector.h>
@@ -64,6 +65,9 @@ class OpReplay {
 
   // Each distinct reason a site of this process stopped replaying, with how many sites gave it.
   static std::vector<std::pair<std::string, int64_t>> refusals();
+  // Whether modules loaded from now on get replay sites (TRIDENT_ATEN_REPLAY sets the start value;
+  // benchmarks/ab_hf_step.py switches it for one compile). Returns the previous value.
+  static bool set_enabled_for_new_modules(bool on);
 
  private:
   using Key = c10::SmallVector<int64_t, 48>;

@@ -153,6 +153,14 @@ PyObject* py_cublaslt_replay_refusals(PyObject*, PyObject*) { return reason_list
 // [(reason, sites)] for the ATen call sites of this process that stopped replaying (op_replay.h).
 PyObject* py_aten_replay_refusals(PyObject*, PyObject*) { return reason_list(runtime::OpReplay::refusals()); }
 
+// _set_aten_replay(on) -> previous: whether modules loaded from now on get ATen replay sites (a
+// diagnostic switch for A/B measurements; TRIDENT_ATEN_REPLAY sets the start value).
+PyObject* py_set_aten_replay(PyObject*, PyObject* arg) {
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return nullptr;
+  return PyBool_FromLong(runtime::OpReplay::set_enabled_for_new_modules(on != 0));
+}
+
 // Whether Python may be called: a module destroyed while the interpreter finalizes releases its
 // pools without it (the process is ending; the memory goes with it).
 bool python_callable() {
@@ -229,6 +237,8 @@ PyMethodDef methods[] = {
      "[(reason, sites)]: why cuBLASLt sites of this process do not replay their recorded launches."},
     {"aten_replay_refusals", py_aten_replay_refusals, METH_NOARGS,
      "[(reason, sites)]: why ATen call sites of this process stopped replaying their recorded launches."},
+    {"_set_aten_replay", py_set_aten_replay, METH_O,
+     "_set_aten_replay(on) -> previous: ATen replay sites for modules loaded from now on (diagnostics)."},
     {"set_private_pool_api", py_set_private_pool_api, METH_VARARGS,
      "set_private_pool_api(begin, end, release): private-pool routing for the ATen replay sites."},
     {nullptr, nullptr, 0, nullptr}};

@@ -69,3 +69,12 @@ def test_the_private_pool_api_is_found_and_installed_checks_its_arguments():
     with pytest.raises(TypeError, match="three callables"):
         _C.set_private_pool_api(1, 2, 3)
     assert _C.aten_replay_refusals() == []  # nothing recorded on a CPU: no site has stopped
+
+
+def test_the_diagnostic_switch_applies_to_modules_loaded_after_it():
+    before = _C._set_aten_replay(False)
+    try:
+        assert replay_sites(cudnn_attention()) == 0
+    finally:
+        assert _C._set_aten_replay(before) is False
+    assert replay_sites(cudnn_attention()) == (1 if before else 0)

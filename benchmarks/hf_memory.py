@@ -70,7 +70,8 @@ def main():
             print(f"  {name:<30} {m[0]:26.2f} {m[1]:12.2f} {m[2]:17.2f} {m[3]:27.2f} {m[4]:17.2f}")
         print(f"  trident reused_bytes {c['reused_bytes'] / MIB:.2f} MiB in {c['reused_buffers']} buffers, "
               f"cublaslt_gemms {c['cublaslt_gemms']} declined {c['cublaslt_declined']} "
-              f"replayed {c['cublaslt_replayed']}")
+              f"replayed {c['cublaslt_replayed']}, aten_replay_sites {c['aten_replay_sites']} "
+              f"replaying {c['aten_replayed']}")
         del compiled, step
         torch.cuda.empty_cache()
 

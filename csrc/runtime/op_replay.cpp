@@ -185,7 +185,7 @@ void OpReplay::try_record(const AtenSite& s, trd_frame& f, const int64_t* dyn, c
   const PrivatePoolApi* api = private_pool_api();
   if (!api) return stop("no private memory pool API (trident._compat.private_pool_api)");
   PoolId pool{};
-  if (!api->begin(device, &pool)) return stop("PyTorch refused to route allocations to a private pool");
+  if (!api->begin(device, stream, &pool)) return stop("PyTorch refused to route allocations to a private pool");
   torch::jit::Stack returns;
   std::string error, why;
   std::optional<LaunchRecord> rec = LaunchRecord::capture(
@@ -219,7 +219,7 @@ void OpReplay::try_record(const AtenSite& s, trd_frame& f, const int64_t* dyn, c
     return stop(r != CUDA_SUCCESS ? "the driver refused a recorded launch: " + LaunchRecord::error_text(r)
                                   : "a first replay differed from ATen's result");
   }
-  drop_record();  // an earlier record of the site, its returns and pool
+  drop_record();  // an earlier record of the site, its returns and its use of a pool
   record_ = std::make_unique<LaunchRecord>(std::move(*rec));
   recorded_ = key;
   kept_ = std::move(returns);

@@ -13,8 +13,10 @@
 //   - Recording: a call whose key (each tensor argument's data pointer, dtype, sizes and strides;
 //     the site's runtime integers; device and stream) equals the previous call's is run once more
 //     under stream capture on a private stream (launch_record.h) with the torch current stream set
-//     to it and the thread's allocations routed to a fresh private pool. Its returns are kept by the
-//     site; its workspace is freed into the pool, from which nothing else allocates. The record is
+//     to it and the thread's allocations routed to a private pool, shared with the other recordings
+//     for the caller's stream unless this one frees memory (its workspace), which no other
+//     recording may then be given (python/trident/recording_pools.py). Its returns are kept by the
+//     site; only recordings allocate from the pool. The record is
 //     then issued on the caller's stream, and the returns that carry values (the attention's output;
 //     its logsumexp when asked for) must equal this call's ATen returns bit for bit, or the site
 //     stops replaying for good. A site records at most kMaxRecords times.
@@ -90,7 +92,7 @@ class OpReplay {
   std::optional<Key> last_, recorded_;
   std::unique_ptr<LaunchRecord> record_;
   torch::jit::Stack kept_;  // the recorded call's returns
-  std::optional<std::pair<int, PoolId>> pool_;  // (device, pool) holding kept_ and the workspace
+  std::optional<std::pair<int, PoolId>> pool_;  // (device, pool) holding kept_ and the workspace: one use
   int records_ = 0;
 };
 

@@ -7,10 +7,12 @@
 // own (torch._C._cuda_beginAllocateCurrentThreadToPool and friends) and the bindings install them
 // at import. Absent (never installed, or a torch without them), nothing is recorded.
 //
-// Contract: begin() makes a fresh pool and routes the thread's allocations on `device` to it until
-// end(); release() gives the pool back, its memory freed once no tensor uses it. Called with the
-// GIL held (recording happens on the hot path's thread, which holds it); they never throw: false
-// (begin) or nothing (end, release) when Python raised, the error cleared.
+// Contract: begin() routes the thread's allocations on `device` to a private pool until end() and
+// counts one use of it; release() gives that use back. Recordings for one (device, caller stream)
+// share a pool where that is safe (python/trident/recording_pools.py says when), so a model's
+// replay sites take one pool's segments, not one each. Called with the GIL held (recording happens
+// on the hot path's thread, which holds it); they never throw: false (begin) or nothing (end,
+// release) when Python raised, the error cleared.
 #pragma once
 
 #include <array>
@@ -22,7 +24,7 @@ namespace trident::runtime {
 using PoolId = std::array<uint64_t, 2>;  // PyTorch's MempoolId_t
 
 struct PrivatePoolApi {
-  std::function<bool(int device, PoolId* pool)> begin;
+  std::function<bool(int device, void* stream, PoolId* pool)> begin;
   std::function<void(int device, const PoolId& pool)> end;
   std::function<void(int device, const PoolId& pool)> release;
 };

@@ -5,6 +5,8 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <cstdint>
+
 #include "codegen/emit_c.h"
 #include "errors.h"
 #include "codegen/toolchain.h"
@@ -171,13 +173,14 @@ bool python_callable() {
 #endif
 }
 
-// Calls fn(device[, pool]) under the GIL; the result (new reference) or nullptr with the error cleared.
-PyObject* call_pool_fn(PyObject* fn, int device, const runtime::PoolId* pool) {
+// Calls fn(device, pool) or fn(device, stream) under the GIL; the result (new reference) or nullptr
+// with the error cleared.
+PyObject* call_pool_fn(PyObject* fn, int device, const runtime::PoolId* pool, void* stream = nullptr) {
   if (!python_callable()) return nullptr;
   PyGILState_STATE g = PyGILState_Ensure();
   PyObject* r = pool ? PyObject_CallFunction(fn, "i(KK)", device, (unsigned long long)(*pool)[0],
                                              (unsigned long long)(*pool)[1])
-                     : PyObject_CallFunction(fn, "i", device);
+                     : PyObject_CallFunction(fn, "iK", device, (unsigned long long)(uintptr_t)stream);
   if (!r) PyErr_Clear();
   PyGILState_Release(g);
   return r;
@@ -185,7 +188,8 @@ PyObject* call_pool_fn(PyObject* fn, int device, const runtime::PoolId* pool) {
 
 // set_private_pool_api(begin, end, release): PyTorch's routing of a thread's CUDA allocations to a
 // private pool (trident._compat.private_pool_api), for the ATen replay sites (private_pool.h):
-// begin(device) -> pool id (two ints), end(device, pool), release(device, pool). Kept for the process.
+// begin(device, caller stream handle) -> pool id (two ints), end(device, pool), release(device,
+// pool) (python/trident/recording_pools.py). Kept for the process.
 PyObject* py_set_private_pool_api(PyObject*, PyObject* args) {
   PyObject *begin, *end, *release;
   if (!PyArg_ParseTuple(args, "OOO", &begin, &end, &release)) return nullptr;
@@ -195,8 +199,8 @@ PyObject* py_set_private_pool_api(PyObject*, PyObject* args) {
   }
   Py_INCREF(begin), Py_INCREF(end), Py_INCREF(release);  // kept for the process
   runtime::PrivatePoolApi api;
-  api.begin = [begin](int device, runtime::PoolId* pool) {
-    PyObject* r = call_pool_fn(begin, device, nullptr);
+  api.begin = [begin](int device, void* stream, runtime::PoolId* pool) {
+    PyObject* r = call_pool_fn(begin, device, nullptr, stream);
     if (!r) return false;
     PyGILState_STATE g = PyGILState_Ensure();
     unsigned long long a = 0, b = 0;

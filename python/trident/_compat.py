@@ -56,28 +56,19 @@ def _capture_decompositions() -> dict:
 
 
 def private_pool_api():
-    """(begin, end, release) routing the calling thread's CUDA allocations to a private pool of
-    PyTorch's caching allocator, as torch.cuda.graph does (csrc/runtime/private_pool.h): begin(device)
-    makes a pool and returns its id, end(device, pool) stops the routing, release(device, pool) gives
-    the pool back. None when this torch lacks the private bindings (2.8 introduced the thread-scoped
-    one); then ATen calls never replay (csrc/runtime/op_replay.h)."""
+    """PyTorch's routing of a thread's CUDA allocations to a private pool of its caching allocator,
+    as torch.cuda.graph uses it, for the ATen calls that replay (csrc/runtime/op_replay.h): a
+    RecordingPools over torch._C's bindings. None when this torch lacks them (2.8 introduced the
+    thread-scoped one); then ATen calls never replay."""
     C = torch._C
     if not all(hasattr(C, n) for n in ("_cuda_beginAllocateCurrentThreadToPool", "_cuda_endAllocateToPool",
-                                       "_cuda_releasePool")) or not hasattr(torch.cuda, "graph_pool_handle"):
+                                       "_cuda_releasePool")) \
+            or not hasattr(torch.cuda, "graph_pool_handle") or not hasattr(torch.cuda, "memory_stats_as_nested_dict"):
         return None
-
-    def begin(device: int):
-        pool = torch.cuda.graph_pool_handle()
-        C._cuda_beginAllocateCurrentThreadToPool(device, pool)
-        return pool
-
-    def end(device: int, pool) -> None:
-        C._cuda_endAllocateToPool(device, pool)
-
-    def release(device: int, pool) -> None:
-        C._cuda_releasePool(device, pool)
-
-    return begin, end, release
+    from .recording_pools import RecordingPools
+    return RecordingPools(C._cuda_beginAllocateCurrentThreadToPool, C._cuda_endAllocateToPool, C._cuda_releasePool,
+                          torch.cuda.graph_pool_handle,
+                          lambda device: torch.cuda.memory_stats_as_nested_dict(device)["allocation"]["all"]["freed"])
 
 
 # Dynamo installs each graph it compiles as a global `__compiled_fn_<n>_<uuid>` in the namespace

@@ -105,3 +105,35 @@ def test_the_environment_switch_turns_replay_off():
                              cwd=os.path.dirname(__file__), env={**os.environ, "TRIDENT_ATEN_REPLAY": env})
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.strip().splitlines()[-1] == want, (env, run.stdout)
+
+
+def eight_layers(qs, k, v, mask):
+    """Eight attention sites, each with inputs that repeat from call to call (an 8-layer decode)."""
+    out = None
+    for q in qs:
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=q.shape[-1] ** -0.5)
+        out = a if out is None else out + a
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_sites_of_a_model_share_one_private_pool(batch):
+    """A pool per recording reserved 2 MiB or more per site (50-66 MiB for an HF Llama's 8 sites at
+    batch 8); the recordings of one caller stream share one (python/trident/recording_pools.py)."""
+    require_cuda()
+    import gc
+    gc.collect()
+    pools_before = trident._recording_pools.pools()
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        q, k, v, mask = inputs(batch)
+        qs = [q.clone() for _ in range(8)]
+        fast = trident.compile(eight_layers)
+        for step in range(6):
+            refill(qs + [k, v], seed=step)
+            assert torch.equal(fast(qs, k, v, mask), eight_layers(qs, k, v, mask)), step
+        c = trident.counters(fast)
+    assert c["aten_replay_sites"] == 8 and c["aten_replayed"] == 8, c
+    assert trident._recording_pools.pools() - pools_before == 1
+    del fast
+    gc.collect()
+    assert trident._recording_pools.pools() == pools_before  # every record dropped, the pool released

@@ -10,6 +10,7 @@ CHANGE (default mask) is one of OFF's keys:
 - int_adds: the builtin integer adds (a decoder's cache positions) stay ATen calls;
 - index_copy: the StaticCache's one-position index_copy_ writes stay ATen calls;
 - clone: repeat_kv's clones stay ATen calls;
+- mul: the builtin products (the MLP's act(gate) * up, the rotary scaling) stay ATen calls;
 - aten_replay: cuDNN attention never replays its recorded launches (csrc/runtime/op_replay.h).
 
 A diagnostic: it switches the change off by patching trident's modules (or, for aten_replay, the
@@ -53,11 +54,12 @@ def _switched_off(change: str) -> list:
         "int_adds": [patch(trident.builtin_lower, "_INT_DTYPES", ())],
         "index_copy": [patch(trident.builtin_lower, "index_copy", lambda lw, node: False)],
         "clone": [patch(trident.builtin_lower, "clone", lambda lw, node: False)],
+        "mul": [patch(trident.builtin_lower, "_mul", lambda lw, node: False)],
         "aten_replay": [_aten_replay_off()],
     }[change]
 
 
-OFF = ("mask", "int_adds", "index_copy", "clone", "aten_replay")
+OFF = ("mask", "int_adds", "index_copy", "clone", "mul", "aten_replay")
 
 
 def compiled_without(change: str, step, ids, pos):

@@ -1,7 +1,8 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
 set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy (also a
 contiguous clone's), a one-position index_copy_, a same-shape add and adding a number (floating or
-integer tensors), relu, and the rotary embedding as HF models write it. builtin_lower.py and
+integer tensors), a same-shape product and multiplying by a number (floating tensors), relu, and the
+rotary embedding as HF models write it. builtin_lower.py and
 builtin_rotary.py send them only the cases where they compute exactly what the ATen ops compute (see
 there)."""
 import triton
@@ -91,6 +92,29 @@ def add_scalar(a, s, out, n, BLOCK: tl.constexpr):
     m = offs < n
     x = tl.load(a + offs, mask=m).to(tl.float32)
     tl.store(out + offs, (x + s).to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def mul_contiguous(a, b, out, n, BLOCK: tl.constexpr):
+    """out = a * b, all contiguous with n elements of one dtype (fp16, bf16 or fp32), computed in
+    fp32 and rounded to nearest even: ATen's CUDA mul (its opmath is fp32 for these). HF's MLP
+    multiplies act(gate) by up this way."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(a + offs, mask=m).to(tl.float32)
+    y = tl.load(b + offs, mask=m).to(tl.float32)
+    tl.store(out + offs, (x * y).to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def mul_scalar(a, s, out, n, BLOCK: tl.constexpr):
+    """out = a * s for a contiguous fp16/bf16/fp32 tensor of n elements and a Python number s taken
+    as fp32 (builtin_lower._as_opmath), computed in fp32 and rounded to nearest even: ATen's CUDA mul
+    of a tensor and a Python number (HF's rotary cos and sin times attention_scaling)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(a + offs, mask=m).to(tl.float32)
+    tl.store(out + offs, (x * s).to(out.dtype.element_ty), mask=m)
 
 
 @triton.jit

@@ -2,7 +2,8 @@
 the result is exactly ATen's: a copy between same-dtype tensors of one shape (the in-place slice
 writes of a KV cache), a one-position index_copy_ (HF StaticCache's writes), a clone into a
 contiguous result (HF's repeat_kv), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape
-with alpha 1 (a residual add), `a + c` for a Python number c (`x + 1`) and `relu(a)`; on contiguous
+with alpha 1 (a residual add), `a * b` of one shape (HF's MLP), `a + c` and `a * c` for a Python
+number c (`x + 1`, HF's rotary scaling) and `relu(a)`; on contiguous
 int32/int64 tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds
 (a decoder's cache positions). Everything else, and every case with a symbolic size or stride, stays
 an ATen call. lower.py also sends the write-backs of mutated inputs and buffers to copy().
@@ -291,10 +292,13 @@ def holds_across(node: fx.Node, inplace) -> bool:
 
 def elementwise(lw, node: fx.Node) -> bool:
     """An ATen elementwise op as an allocation and a native launch of a builtin kernel, when the
-    kernel computes exactly what ATen does: `add.Tensor` (a + b, a + number), `relu` and `clone`
-    (a held copy, see clone()). False when ATen must run it (nothing emitted)."""
+    kernel computes exactly what ATen does: `add.Tensor` (a + b, a + number), `mul.Tensor` (a * b,
+    a * number), `relu` and `clone` (a held copy, see clone()). False when ATen must run it (nothing
+    emitted)."""
     if node.target is torch.ops.aten.add.Tensor:
         return _add(lw, node)
+    if node.target is torch.ops.aten.mul.Tensor:
+        return _mul(lw, node)
     if node.target is torch.ops.aten.clone.default:
         if clone(lw, node):
             return True
@@ -338,6 +342,21 @@ def _add(lw, node: fx.Node) -> bool:
     return False
 
 
+def _mul(lw, node: fx.Node) -> bool:
+    """Floating tensors only: an integer product's dtype rules (and a float number times an integer
+    tensor) stay ATen's."""
+    if len(node.args) != 2 or node.kwargs:
+        return False
+    a, b = node.args
+    if not isinstance(a, fx.Node) or not _same_layout(lw, a.meta.get("val"), node.meta.get("val")):
+        return False
+    if type(b) in (int, float):  # not a bool, not symbolic
+        return _emit(lw, node, builtin_kernels.mul_scalar, {"a": a}, {"s": _as_opmath(b)})
+    if isinstance(b, fx.Node) and _same_layout(lw, b.meta.get("val"), node.meta.get("val")):
+        return _emit(lw, node, builtin_kernels.mul_contiguous, {"a": a, "b": b}, {})
+    return False
+
+
 def _single(fake, out) -> bool:
     """A 0-dim tensor of out's dtype and device: one element ATen broadcasts over out."""
     return (isinstance(fake, torch.Tensor) and fake.dim() == 0 and fake.layout == torch.strided
@@ -375,7 +394,7 @@ def _allocate(lw, node: fx.Node, out) -> str:
 
 
 def _as_opmath(c) -> float:
-    """The number ATen's CUDA add adds: TensorIterator leaves a wrapped number on the CPU in its own
+    """The number ATen's CUDA add adds (and mul multiplies by): TensorIterator leaves a wrapped number on the CPU in its own
     dtype (int64 or double; only a CPU computation converts it to the tensor's dtype) and the kernel
     reads it as its opmath type, fp32 for fp16/bf16/fp32 tensors. So bf16 x + 0.3 adds fp32(0.3),
     not bf16(0.3). Converted here by the same ATen cast; an fp32 value is exact as the Python float

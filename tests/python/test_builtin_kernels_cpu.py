@@ -1,4 +1,4 @@
-"""ATen copies and adds lowered to trident's own Triton kernels (builtin_lower.py), checked in the
+"""ATen copies, adds and products lowered to trident's own Triton kernels (builtin_lower.py), checked in the
 host IR on a machine without a GPU: kernels compiled for sm_90 with Triton's driver faked, and
 TRIDENT_BUILTIN_KERNELS=all so CPU tensors take the path CUDA tensors take. Running such a module on
 CPU tensors fails clearly, as any Triton launch does."""
@@ -124,6 +124,44 @@ def test_the_number_is_taken_as_fp32_as_atens_cuda_add_does():
     tensor's dtype (the GPU test caught that)."""
     text = lowered_text(lambda x: x + 0.3, torch.randn(4, 8, dtype=torch.bfloat16))
     assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, 0\.30000001192092896, %\d+, 32\)", text), text
+
+
+def gated(gate, up):
+    return gate * up
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_same_shape_product_is_an_allocation_and_a_native_launch(dtype):
+    """HF's MLP: act(gate) * up."""
+    g, u = torch.randn(3, 5632, dtype=dtype), torch.randn(3, 5632, dtype=dtype)
+    text = lowered_text(gated, g, u)
+    assert "aten::mul" not in text and "mul_contiguous" in text, text
+    assert re.search(r'%\d+ = call "aten::empty.memory_format" \(\[3, 5632\]', text), text
+    assert re.search(r"launch 0 grid\(17, 1, 1\) \(%0, %1, %\d+, 16896\)", text), text
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("c, literal", [(2, "2.0"), (0.3, "0.30000001192092896")])  # the number as fp32
+def test_multiplying_by_a_number_is_an_allocation_and_a_native_launch(dtype, c, literal):
+    """HF's rotary embedding: cos and sin times attention_scaling."""
+    text = lowered_text(lambda x: x * c, torch.randn(3, 700, dtype=dtype))
+    assert "aten::mul" not in text and "mul_scalar" in text, text
+    assert re.search(rf"launch 0 grid\(3, 1, 1\) \(%0, {re.escape(literal)}, %\d+, 2100\)", text), text
+
+
+@pytest.mark.parametrize("fn, args", [
+    (gated, (torch.randn(8, 16), torch.randn(16))),                                    # broadcast
+    (gated, (torch.randn(8, 16), torch.randn(8, 16, dtype=torch.float16))),            # promotion
+    (gated, (torch.randn(8, 16, dtype=torch.float64), torch.randn(8, 16, dtype=torch.float64))),
+    (gated, (torch.randn(16, 8).t(), torch.randn(8, 16))),                             # layout
+    (gated, (torch.randint(0, 9, (8, 16)), torch.randint(0, 9, (8, 16)))),             # integers
+    (lambda x: x * 0.5, (torch.randint(0, 9, (8, 16)),)),                              # int * float: a float
+    (lambda x: x * True, (torch.randn(8, 16),)),                                       # bool
+    (lambda x: x * 2, (torch.randn(16, 8).t(),)),                                      # layout
+])
+def test_products_that_are_not_exactly_the_kernel_stay_aten(fn, args):
+    text = lowered_text(fn, *args)
+    assert "aten::mul" in text and "mul_contiguous" not in text and "mul_scalar" not in text, text
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -324,11 +362,15 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
             out = torch.empty_like(a)
             bk.add_contiguous[(3,)](a, b, out, 2100, BLOCK=1024)
             assert torch.equal(out, a + b), dtype
+            bk.mul_contiguous[(3,)](a, b, out, 2100, BLOCK=1024)
+            assert torch.equal(out, a * b), dtype
             for c in (1, -0.3, 1e-3, 3 * 2 ** 20 + 1, 2 ** 60 + 1):
-                # CUDA's add: the number as fp32 (a CPU add would round it to the tensor's dtype first)
+                # CUDA's add and mul: the number as fp32 (a CPU op would round it to the tensor's dtype)
                 s = float(torch.tensor(c, dtype=torch.int64 if isinstance(c, int) else torch.float64).float())
                 bk.add_scalar[(3,)](a, s, out, 2100, BLOCK=1024)
                 assert torch.equal(out, (a.float() + s).to(dtype)), (dtype, c)
+                bk.mul_scalar[(3,)](a, s, out, 2100, BLOCK=1024)
+                assert torch.equal(out, (a.float() * s).to(dtype)), (dtype, c)
             # a one-position index_copy_ of k and of v, at two positions (in range: the interpreter
             # runs no device assert; test_the_index_copy_kernel_asserts_its_position checks it)
             kc, vc = torch.zeros(2, 4, 16, 8, dtype=dtype), torch.zeros(2, 4, 16, 8, dtype=dtype)

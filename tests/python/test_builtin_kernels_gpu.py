@@ -1,6 +1,6 @@
-"""trident's own copy, index-copy, add and relu kernels (builtin_lower.py: a + b, a + number, relu;
-integer adds too) on the GPU machine (pytest -m gpu): every result equal to eager's bit for bit, and the
-ATen ops they replace gone from the host program."""
+"""trident's own copy, index-copy, add, mul and relu kernels (builtin_lower.py: a + b, a + number,
+a * b, a * number, relu; integer adds too) on the GPU machine (pytest -m gpu): every result equal to
+eager's bit for bit, and the ATen ops they replace gone from the host program."""
 import subprocess
 import sys
 import textwrap
@@ -78,6 +78,37 @@ def test_relu_matches_eager_bit_for_bit_specials_included(dtype):
         assert torch.equal(fast(x).view(bits), torch.relu(x).view(bits))
     text = trident.explain(fast, x)
     assert 'kernel 0 "relu"' in text and "aten::relu" not in text, text
+
+
+def equal_bits_nan_as_nan(got, want, bits):
+    """Bit for bit, except that a NaN result need only be a NaN (its payload is the device's)."""
+    nan = torch.isnan(want)
+    return bool(torch.isnan(got)[nan].all()) and torch.equal(got.view(bits)[~nan], want.view(bits)[~nan])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_products_match_eager_bit_for_bit_specials_and_subnormals_included(dtype):
+    """HF's MLP (act(gate) * up) and rotary scaling (cos * number): infinities, zeros of both signs,
+    NaNs and subnormal inputs and results among the random values."""
+    require_cuda()
+    bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
+    tiny = torch.finfo(dtype).tiny
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, tiny, -tiny / 4, tiny * 3,
+                            1e4, -3e4, 0.5, 65504.0])
+    gated, scaled = trident.compile(lambda g, u: g * u), trident.compile(lambda x: x * 0.3)
+    by_int = trident.compile(lambda x: x * 3)
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a = torch.cat([special.cuda(), torch.randn(2988, device="cuda", generator=g)]).to(dtype).view(3, 1000)
+        b = torch.cat([special.flip(0).cuda() * 1e-3, torch.randn(2988, device="cuda", generator=g)]).to(dtype)
+        b = b.view(3, 1000)
+        assert equal_bits_nan_as_nan(gated(a, b), a * b, bits)
+        assert equal_bits_nan_as_nan(gated(a, a), a * a, bits)
+        assert equal_bits_nan_as_nan(scaled(a), a * 0.3, bits)
+        assert equal_bits_nan_as_nan(by_int(a), a * 3, bits)
+    for fn, args, kernel in ((gated, (a, b), "mul_contiguous"), (scaled, (a,), "mul_scalar")):
+        text = trident.explain(fn, *args)
+        assert f'"{kernel}"' in text and "aten::mul" not in text, text
 
 
 def mm_relu(a, b):

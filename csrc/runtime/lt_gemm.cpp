@@ -7,11 +7,10 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/env_switch.h"
 #include "runtime/launch_record.h"
 #include "runtime/reason_tally.h"
 
@@ -81,10 +80,7 @@ BLayout b_layout(const at::Tensor& b) {
 int data_type(c10::ScalarType s) { return s == c10::ScalarType::BFloat16 ? lt::kR16BF : lt::kR16F; }
 
 bool replay_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TRIDENT_CUBLASLT_REPLAY");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch_on("TRIDENT_CUBLASLT_REPLAY");
   return on;
 }
 

@@ -6,11 +6,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/env_switch.h"
 #include "runtime/launch_record.h"
 #include "runtime/reason_tally.h"
 
@@ -20,10 +19,7 @@ namespace {
 using P = ArgPlan::Kind;
 
 std::atomic<bool>& replay_switch() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("TRIDENT_ATEN_REPLAY");
-    return !(v && std::strcmp(v, "0") == 0);
-  }()};
+  static std::atomic<bool> on{env_switch_on("TRIDENT_ATEN_REPLAY")};
   return on;
 }
 

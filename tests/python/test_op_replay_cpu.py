@@ -50,6 +50,15 @@ def test_other_aten_calls_are_not_replay_sites():
     assert trident.counters(fast)["aten_replay_sites"] == 0 and trident.counters(fast)["aten_replayed"] == 0
 
 
+def printed_with_replay_switch(code: str, value: str) -> str:
+    """The last line `code` prints in a new interpreter (this folder importable) run with
+    TRIDENT_ATEN_REPLAY=value: the switch is read once, when the first module loads."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(__file__), env={**os.environ, "TRIDENT_ATEN_REPLAY": value})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout.strip().splitlines()[-1]
+
+
 def test_the_environment_switch_turns_replay_off():
     code = ("import torch, trident\n"
             "from test_op_replay_cpu import cudnn_attention, attention_inputs\n"
@@ -57,10 +66,7 @@ def test_the_environment_switch_turns_replay_off():
             "try:\n    f(*attention_inputs())\nexcept RuntimeError:\n    pass\n"
             "print(trident.counters(f)['aten_replay_sites'])\n")
     for env, want in (("0", "0"), ("1", "1")):
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                             cwd=os.path.dirname(__file__), env={**os.environ, "TRIDENT_ATEN_REPLAY": env})
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert run.stdout.strip().splitlines()[-1] == want, (env, run.stdout)
+        assert printed_with_replay_switch(code, env) == want, env
 
 
 def test_the_private_pool_api_is_found_and_installed_checks_its_arguments():

@@ -1,16 +1,13 @@
 """ATen calls that replay their recorded launches (csrc/runtime/op_replay.h): cuDNN attention at an
 HF Llama's decode shapes, on the GPU machine (pytest -m gpu). Every result equals eager's bit for bit;
 the counters say when a site replays."""
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import trident
+from test_op_replay_cpu import printed_with_replay_switch
 
 pytestmark = pytest.mark.gpu
 
@@ -101,10 +98,7 @@ def test_the_environment_switch_turns_replay_off():
             "c = trident.counters(f)\n"
             "print(c['aten_replay_sites'], c['aten_replayed'])\n")
     for env, want in (("0", "0 0"), ("1", "1 1")):
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                             cwd=os.path.dirname(__file__), env={**os.environ, "TRIDENT_ATEN_REPLAY": env})
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert run.stdout.strip().splitlines()[-1] == want, (env, run.stdout)
+        assert printed_with_replay_switch(code, env) == want, env
 
 
 def eight_layers(qs, k, v, mask):

@@ -11,11 +11,13 @@ CHANGE (default mask) is one of OFF's keys:
 - index_copy: the StaticCache's one-position index_copy_ writes stay ATen calls;
 - clone: repeat_kv's clones stay ATen calls;
 - mul: the builtin products (the MLP's act(gate) * up, the rotary scaling) stay ATen calls;
+- linear_nd: the linears of [B, 1, K] activations flatten them to 2-D and view the result back, as
+  ATen's linear does (csrc/runtime/aten_typed_gemm.h);
 - aten_replay: cuDNN attention never replays its recorded launches (csrc/runtime/op_replay.h).
 
-A diagnostic: it switches the change off by patching trident's modules (or, for aten_replay, the
-native runtime's switch) for the second variant's compile only. Both variants must equal eager bit
-for bit, or it stops. On the CPU (a smoke test) it runs the tiny HF config."""
+A diagnostic: it switches the change off by patching trident's modules (or, for linear_nd and
+aten_replay, the native runtime's switch) for the second variant's compile only. Both variants
+must equal eager bit for bit, or it stops. On the CPU (a smoke test) it runs the tiny HF config."""
 import argparse
 import contextlib
 import statistics
@@ -32,14 +34,16 @@ from profile_host import submit_us_per_step  # noqa: E402
 
 
 @contextlib.contextmanager
-def _aten_replay_off():
-    """Modules loaded inside get no ATen replay sites (csrc/runtime/op_replay.h)."""
+def _native_switch_off(name: str):
+    """Modules loaded inside have one of the native runtime's changes off: _C.<name>(on) -> previous
+    (_set_aten_replay: no ATen replay sites, csrc/runtime/op_replay.h; _set_linear_nd: N-D linear
+    inputs flattened as ATen does, csrc/runtime/aten_typed_gemm.h)."""
     from trident import _C
-    before = _C._set_aten_replay(False)
+    before = getattr(_C, name)(False)
     try:
         yield
     finally:
-        _C._set_aten_replay(before)
+        getattr(_C, name)(before)
 
 
 def _switched_off(change: str) -> list:
@@ -55,11 +59,12 @@ def _switched_off(change: str) -> list:
         "index_copy": [patch(trident.builtin_lower, "index_copy", lambda lw, node: False)],
         "clone": [patch(trident.builtin_lower, "clone", lambda lw, node: False)],
         "mul": [patch(trident.builtin_lower, "_mul", lambda lw, node: False)],
-        "aten_replay": [_aten_replay_off()],
+        "linear_nd": [_native_switch_off("_set_linear_nd")],
+        "aten_replay": [_native_switch_off("_set_aten_replay")],
     }[change]
 
 
-OFF = ("mask", "int_adds", "index_copy", "clone", "mul", "aten_replay")
+OFF = ("mask", "int_adds", "index_copy", "clone", "mul", "linear_nd", "aten_replay")
 
 
 def compiled_without(change: str, step, ids, pos):

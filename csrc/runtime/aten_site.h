@@ -43,6 +43,7 @@ struct AtenSite {
   TypedFn typed = nullptr;          // set when a typed entry point serves this op and these operands
   mutable ReusePool::Site reuse;    // allocation sites only: their state in the module's pool (buffer_reuse.h)
   mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed_gemm.cpp)
+  bool linear_nd = false;           // linear sites: N-D inputs multiplied without views (aten_typed_gemm.cpp)
   std::shared_ptr<void> typed_handle;  // generic typed sites: their c10::TypedOperatorHandle
   std::shared_ptr<LtGemm> gemm;        // mm and linear sites: their cuBLASLt plan (lt_gemm.h)
   std::shared_ptr<OpReplay> replay;    // calls whose launches may be recorded and replayed (op_replay.h)

@@ -405,6 +405,7 @@ TypedFn find_typed_entry(AtenSite& site) {
 TypedFn find_typed(AtenSite& site) {
   TypedFn fn = find_typed_entry(site);
   if (fn == mm || fn == linear) site.gemm = std::make_shared<LtGemm>();
+  if (fn == linear) site.linear_nd = typed::linear_nd_for_new_modules();
   return fn;
 }
 

@@ -10,6 +10,7 @@
 #include <ATen/ops/view_ops.h>
 #include <c10/core/Allocator.h>
 
+#include <atomic>
 #include <optional>
 
 #include "runtime/lt_gemm.h"
@@ -61,7 +62,52 @@ bool folds_to_2d(const at::Tensor& x, const at::Tensor& w, bool has_bias) {
   return x.dim() >= 3 && w.dim() == 2 && x.layout() == c10::kStrided && w.layout() == c10::kStrided &&
          x.is_contiguous() && (!has_bias || x.dim() == 3) && x.size(-1) == w.size(1);
 }
+
+std::atomic<bool>& linear_nd_switch() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+bool lt_dtype(const at::Tensor& t) {
+  return t.scalar_type() == c10::ScalarType::BFloat16 || t.scalar_type() == c10::ScalarType::Half;
+}
+
+// F.linear of a contiguous N-D input without a bias, in a run that records no autograd history:
+// cuBLASLt multiplies x's memory as [M, K] into a result allocated [..., N] directly, skipping the
+// view and _unsafe_view dispatches that ATen's fold costs (two per GEMM). The result is what that
+// _unsafe_view returns: contiguous, not a view. Where cuBLASLt does not serve the call, ATen's own
+// fold runs (view, mm, _unsafe_view): the same tensor.
+void linear_nd(const AtenSite& s, trd_frame& f, const at::Tensor& x, const at::Tensor& w) {
+  const at::Tensor wt = transposed_weight(s, w);
+  c10::SmallVector<int64_t, 6> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = w.size(0);
+  const int64_t k = x.size(-1), rows = x.numel() / k;  // k > 0: folds_to_2d's caller ran only then
+  const int64_t flat_x[2] = {rows, k}, flat_out[2] = {rows, w.size(0)};
+  ReusePool::Key key(sizes.begin(), sizes.end());
+  key.push_back(static_cast<int64_t>(sizes.size()));  // keys of other ranks never match this one
+  push_device(key, x);
+  produce(
+      s, f, key,
+      [&] {
+        if (s.gemm && s.gemm->state() != LtGemm::State::Declined && x.is_cuda() && lt_dtype(x)) {
+          at::Tensor out = at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::CUDA),
+                                                     c10::DispatchKeySet(c10::DispatchKey::CUDA), x.scalar_type(),
+                                                     std::nullopt);
+          if (s.gemm->run(x, wt, out)) return out;
+        }
+        const at::Tensor flat = at::_ops::view::call(x, c10::fromIntArrayRefSlow(flat_x));
+        return at::_ops::_unsafe_view::call(at::_ops::mm::call(flat, wt), c10::fromIntArrayRefSlow(sizes));
+      },
+      [&](at::Tensor& out) {
+        if (s.gemm && s.gemm->run(x, wt, out)) return;
+        at::Tensor out_2d = at::_ops::view::call(out, c10::fromIntArrayRefSlow(flat_out));
+        at::_ops::mm_out::call(at::_ops::view::call(x, c10::fromIntArrayRefSlow(flat_x)), wt, out_2d);
+      });
+}
 }  // namespace
+
+bool set_linear_nd_for_new_modules(bool on) { return linear_nd_switch().exchange(on); }
+bool linear_nd_for_new_modules() { return linear_nd_switch().load(); }
 
 void mm(const AtenSite& s, trd_frame& f, const int64_t*) {
   const at::Tensor& a = s.tensor(f, 0);
@@ -87,6 +133,7 @@ void linear(const AtenSite& s, trd_frame& f, const int64_t*) {
     if (has_bias) bias = s.tensor(f, 2);
     return s.set_result(f, 0, at::_ops::linear::call(*x, w, bias));
   }
+  if (fold && !has_bias && s.linear_nd && f.below_autograd && x->size(-1) > 0) return linear_nd(s, f, *x, w);
   c10::SmallVector<int64_t, 6> out_sizes;
   at::Tensor flat;
   if (fold) {

@@ -4,6 +4,7 @@
 #include <ATen/ops/clone_ops.h>
 #include <ATen/ops/equal_ops.h>
 #include <ATen/ops/mm_ops.h>
+#include <ATen/ops/view_ops.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -67,6 +68,21 @@ void* workspace(int device, void* stream, size_t bytes) {
 }
 
 bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 256 == 0; }
+
+// t's memory is the row-major [rows, cols] the plans take: 2-D with unit column stride and row stride
+// cols (any, for one row), or contiguous N-D with cols last (a linear's [B, S, K] input, [B, S, N]
+// result). The caller has checked numel = rows * cols for N-D.
+bool rows_of(const at::Tensor& t, int64_t rows, int64_t cols) {
+  if (t.dim() > 2) return t.size(-1) == cols && t.numel() == rows * cols && t.is_contiguous();
+  return t.size(0) == rows && t.size(1) == cols && t.stride(1) == 1 && (rows == 1 || t.stride(0) == cols);
+}
+
+// The [rows, cols] view of t (rows_of holds), for the first call's comparison with at::mm.
+at::Tensor as_2d(const at::Tensor& t, int64_t rows, int64_t cols) {
+  if (t.dim() == 2) return t;
+  const int64_t sizes[2] = {rows, cols};
+  return at::_ops::view::call(t, c10::fromIntArrayRefSlow(sizes));
+}
 
 // b [K, N] as the plans take it: column-major (a weight [N, K] seen transposed), or row-major. A
 // b that is both (K = N = 1) counts as column-major.
@@ -198,10 +214,12 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
   if ((dtype != c10::ScalarType::BFloat16 && dtype != c10::ScalarType::Half) || b.scalar_type() != dtype ||
       out.scalar_type() != dtype)
     return false;
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (a.dim() < 2 || b.dim() != 2 || out.dim() != a.dim()) return false;
+  const int64_t k = a.size(-1), n = b.size(1);
+  if (k == 0 || n == 0 || b.size(0) != k) return false;
+  const int64_t m = a.numel() / k;
   const BLayout layout = b_layout(b);
-  if (m == 0 || n == 0 || k == 0 || (a.stride(1) != 1 || (m > 1 && a.stride(0) != k)) || layout == BLayout::Other ||
-      out.size(0) != m || out.size(1) != n || out.stride(0) != n || out.stride(1) != 1 || !aligned(a) || !aligned(b) ||
+  if (m == 0 || !rows_of(a, m, k) || !rows_of(out, m, n) || layout == BLayout::Other || !aligned(a) || !aligned(b) ||
       !aligned(out))
     return false;
   const int device = a.get_device();
@@ -230,9 +248,10 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
     state_.store(State::Declined, std::memory_order_release);
     return false;
   }
-  const at::Tensor expected = at::_ops::mm::call(a, b);
-  if (!at::_ops::equal::call(out, expected)) {
-    out.copy_(expected);
+  const at::Tensor expected = at::_ops::mm::call(as_2d(a, m, k), b);
+  at::Tensor out_2d = as_2d(out, m, n);
+  if (!at::_ops::equal::call(out_2d, expected)) {
+    out_2d.copy_(expected);
     state_.store(State::Declined, std::memory_order_release);
     return true;  // out holds eager's result
   }

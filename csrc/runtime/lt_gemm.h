@@ -44,7 +44,9 @@ class LtGemm {
   enum class State : uint8_t { Unplanned, Ready, Declined };
 
   // out = a @ b for a [M, K] row-major, b [K, N] column-major (a weight [N, K] seen transposed) or
-  // row-major, and out [M, N] contiguous, all fp16 or bf16 on the current CUDA device. Returns false,
+  // row-major, and out [M, N] contiguous, all fp16 or bf16 on the current CUDA device. a and out may
+  // also be contiguous N-D tensors of one rank, [..., K] and [..., N], whose memory is those [M, K]
+  // and [M, N] (a linear's input and result, multiplied without flattening views). Returns false,
   // having done nothing, when the caller must run ATen instead.
   bool run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) const;
 

@@ -16,6 +16,7 @@
 #include "ir/text.h"
 #include "ir/verifier.h"
 #include "planner/liveness.h"
+#include "runtime/aten_typed_gemm.h"
 #include "runtime/lt_gemm.h"
 #include "runtime/op_replay.h"
 #include "runtime/private_pool.h"
@@ -163,6 +164,14 @@ PyObject* py_set_aten_replay(PyObject*, PyObject* arg) {
   return PyBool_FromLong(runtime::OpReplay::set_enabled_for_new_modules(on != 0));
 }
 
+// _set_linear_nd(on) -> previous: whether linear sites of modules loaded from now on multiply a
+// contiguous N-D input without views (aten_typed_gemm.h; a diagnostic switch for A/B measurements).
+PyObject* py_set_linear_nd(PyObject*, PyObject* arg) {
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return nullptr;
+  return PyBool_FromLong(runtime::typed::set_linear_nd_for_new_modules(on != 0));
+}
+
 // Whether Python may be called: a module destroyed while the interpreter finalizes releases its
 // pools without it (the process is ending; the memory goes with it).
 bool python_callable() {
@@ -243,6 +252,8 @@ PyMethodDef methods[] = {
      "[(reason, sites)]: why ATen call sites of this process stopped replaying their recorded launches."},
     {"_set_aten_replay", py_set_aten_replay, METH_O,
      "_set_aten_replay(on) -> previous: ATen replay sites for modules loaded from now on (diagnostics)."},
+    {"_set_linear_nd", py_set_linear_nd, METH_O,
+     "_set_linear_nd(on) -> previous: N-D linear inputs without views, for modules loaded from now on (diagnostics)."},
     {"set_private_pool_api", py_set_private_pool_api, METH_VARARGS,
      "set_private_pool_api(begin, end, release): private-pool routing for the ATen replay sites."},
     {nullptr, nullptr, 0, nullptr}};

@@ -93,6 +93,52 @@ def test_fp32_grad_mode_and_misaligned_inputs_stay_on_aten():
         assert torch.equal(fast(xm, w.detach()), F.linear(xm, w.detach()))
 
 
+class NdMlp(nn.Module):
+    """Two projections of a decode step's [B, 1, K] activations, as an HF model's linears see them;
+    both results internal (the float() is returned), so both are kept buffers that may replay."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.ws = nn.ParameterList(
+            nn.Parameter((torch.randn(n, k, generator=g) / k ** 0.5).to("cuda", torch.bfloat16), requires_grad=False)
+            for n, k in ((5632, 2048), (2048, 5632)))
+
+    def forward(self, x):
+        return F.linear(F.linear(x, self.ws[0]), self.ws[1]).float()
+
+
+@pytest.mark.parametrize("nd", [True, False], ids=["nd", "flattened"])
+def test_a_contiguous_nd_input_is_multiplied_without_views(nd):
+    """With linear_nd (aten_typed_gemm.h) cuBLASLt multiplies [B, 1, K] inputs into [B, 1, N] results
+    directly: eager's bits, no view or _unsafe_view dispatched, and the kept results replay as the
+    flattened ones do. A returned N-D result is eager's tensor: contiguous, not a view."""
+    require_cuda()
+    from test_hot_path_reuse import aten_calls
+    before = trident._C._set_linear_nd(nd)
+    try:
+        model = NdMlp()
+        fast = trident.compile(model)
+        returned = trident.compile(lambda x, w: F.linear(x, w))
+        for batch in (1, 8):
+            x = torch.randn(batch, 1, 2048, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                for _ in range(4):  # checked against at::mm, recorded, replayed
+                    assert torch.equal(fast(x), model(x))
+                views = sum(aten_calls(fast, x, name=n) for n in ("aten::view", "aten::_unsafe_view"))
+                x.copy_(torch.randn_like(x))  # a replay reads the new values
+                assert torch.equal(fast(x), model(x))
+                got, want = returned(x, model.ws[0]), F.linear(x, model.ws[0])
+            assert torch.equal(got, want) and got.stride() == want.stride() and got._base is None
+            assert views == (0 if nd else 4), (batch, views)
+        c = trident.counters(fast)
+        # two sites in each of two specializations, each keeping its record
+        assert (c["cublaslt_gemms"], c["cublaslt_replayed"], c["cublaslt_declined"]) == (4, 4, 0), (c, refusals())
+        assert trident.counters(returned)["cublaslt_declined"] == 0
+    finally:
+        trident._C._set_linear_nd(before)
+
+
 def test_changed_reduction_setting_hands_the_site_back_to_aten():
     require_cuda()
     model = Mlp(torch.bfloat16)

@@ -156,10 +156,20 @@ def test_linear_of_a_2d_input_matches_eager_exactly_and_follows_weight_updates()
         assert aten_calls(fast, x3, name="aten::linear") == 1
 
 
-def test_linear_of_a_contiguous_nd_input_is_eager_linear_flattened():
+@pytest.fixture(params=[True, False], ids=["nd", "flattened"])
+def linear_nd(request):
+    """Linear sites of modules loaded inside multiply an N-D input without views (on) or flatten it
+    as ATen does (off): the runtime's diagnostic switch (aten_typed_gemm.h)."""
+    before = trident._C._set_linear_nd(request.param)
+    yield request.param
+    trident._C._set_linear_nd(before)
+
+
+def test_linear_of_a_contiguous_nd_input_is_eager_linear_flattened(linear_nd):
     """ATen's linear multiplies a contiguous N-D input flattened to 2-D (mm then _unsafe_view; with a
-    bias, 3-D only: addmm then view); trident runs the same product through its mm/addmm path:
-    same values, strides and view-ness, same gradients, and no aten::linear."""
+    bias, 3-D only: addmm then view); trident runs the same product through its mm/addmm path, or
+    without a bias and history (linear_nd) into a result of the input's rank: same values, strides
+    and view-ness, same gradients, and no aten::linear."""
     torch.manual_seed(1)
     for bias in (False, True):
         layer = nn.Linear(16, 8, bias=bias)
@@ -182,6 +192,22 @@ def test_linear_of_a_contiguous_nd_input_is_eager_linear_flattened():
         assert grads[0][0] is grads[1][0]
         for g, w in zip(grads[0][1:], grads[1][1:]):
             torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_a_kept_nd_linear_result_is_written_in_place_of_atens_fold(linear_nd):
+    """An N-D linear result the function does not return is a kept buffer: with linear_nd its later
+    calls write it directly (through 2-D views here on the CPU; cuBLASLt takes the N-D tensors), with
+    no _unsafe_view, and give eager's values."""
+    layer = nn.Linear(16, 8, bias=False)
+    fast = trident.compile(lambda x: torch.relu(layer(x)))
+    for shape in ((2, 3, 16), (4, 1, 16), (2, 2, 3, 16)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            fast(x)  # compiles the shape; keeps the linear's result
+            unsafe_views = aten_calls(fast, x, name="aten::_unsafe_view")
+            got, want = fast(x), torch.relu(layer(x))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert unsafe_views == (0 if linear_nd else 1), shape
 
 
 def test_run_below_autograd_keeps_eager_semantics():

@@ -117,12 +117,12 @@ void LtGemm::stop_replay(const std::string& why) const {
   refusal_tally().add(why);
 }
 
-bool LtGemm::make_plan(const at::Tensor& a, const at::Tensor& b, int device, Plan& p) const {
+bool LtGemm::make_plan(const at::Tensor& a, const at::Tensor& b, int64_t m, int device, Plan& p) const {
   const lt::Api* api = lt::api();
   lt::Handle h = lt::handle(device);
   if (!api || !h) return false;
-  p.m = a.size(0);
-  p.k = a.size(1);
+  p.m = m;  // a's rows: the product of its leading sizes when it is N-D
+  p.k = a.size(-1);
   p.n = b.size(1);
   p.b_row_major = b_layout(b) == BLayout::Row;
   p.dtype = a.scalar_type();
@@ -244,7 +244,7 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
   std::lock_guard<std::mutex> lock(mu_);
   if (state() != State::Unplanned) return false;  // another thread decided meanwhile; ATen this once
   Plan p;
-  if (!make_plan(a, b, device, p) || !enqueue(p, args_of(p, a, b, out), current_stream(device))) {
+  if (!make_plan(a, b, m, device, p) || !enqueue(p, args_of(p, a, b, out), current_stream(device))) {
     state_.store(State::Declined, std::memory_order_release);
     return false;
   }

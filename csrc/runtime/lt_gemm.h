@@ -77,7 +77,7 @@ class LtGemm {
   };
   enum class ReplayState : uint8_t { Open, Closed, Off };  // may record / keeps its record / never replays
 
-  bool make_plan(const at::Tensor& a, const at::Tensor& b, int device, Plan& p) const;
+  bool make_plan(const at::Tensor& a, const at::Tensor& b, int64_t m, int device, Plan& p) const;
   Args args_of(const Plan& p, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) const;
   bool enqueue(const Plan& p, const Args& x, void* stream) const;
   bool run_ready(const Plan& p, const Args& x, at::Tensor& out) const;  // under mu_

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <optional>
 
+#include "runtime/env_switch.h"
 #include "runtime/lt_gemm.h"
 #include "runtime/typed_produce.h"
 
@@ -64,7 +65,7 @@ bool folds_to_2d(const at::Tensor& x, const at::Tensor& w, bool has_bias) {
 }
 
 std::atomic<bool>& linear_nd_switch() {
-  static std::atomic<bool> on{true};
+  static std::atomic<bool> on{env_switch_on("TRIDENT_LINEAR_ND")};
   return on;
 }
 

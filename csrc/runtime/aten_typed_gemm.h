@@ -15,8 +15,8 @@ void addmm(const AtenSite& s, trd_frame& f, const int64_t* dyn);
 void linear(const AtenSite& s, trd_frame& f, const int64_t* dyn);
 
 // Whether linear sites of modules loaded from now on multiply a contiguous N-D input without views
-// (AtenSite::linear_nd; on unless switched off, a diagnostic for A/B measurements). Returns the
-// previous setting.
+// (AtenSite::linear_nd; on unless TRIDENT_LINEAR_ND=0 or switched off here, a diagnostic for A/B
+// measurements). Returns the previous setting.
 bool set_linear_nd_for_new_modules(bool on);
 bool linear_nd_for_new_modules();
 

@@ -1,4 +1,5 @@
-// The runtime's on/off environment switches (TRIDENT_CUBLASLT_REPLAY, TRIDENT_ATEN_REPLAY): on
+// The runtime's on/off environment switches (TRIDENT_CUBLASLT_REPLAY, TRIDENT_ATEN_REPLAY,
+// TRIDENT_LINEAR_ND): on
 // unless set to "0". python/trident/config.py documents each; callers read one once.
 #pragma once
 

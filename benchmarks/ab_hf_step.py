@@ -12,7 +12,8 @@ CHANGE (default mask) is one of OFF's keys:
 - clone: repeat_kv's clones stay ATen calls;
 - mul: the builtin products (the MLP's act(gate) * up, the rotary scaling) stay ATen calls;
 - linear_nd: the linears of [B, 1, K] activations flatten them to 2-D and view the result back, as
-  ATen's linear does (csrc/runtime/aten_typed_gemm.h);
+  ATen's linear does (csrc/runtime/aten_typed_gemm.h). The change is off by default: run with
+  TRIDENT_LINEAR_ND=1 so that "as built" has it;
 - aten_replay: cuDNN attention never replays its recorded launches (csrc/runtime/op_replay.h).
 
 A diagnostic: it switches the change off by patching trident's modules (or, for linear_nd and
@@ -20,6 +21,7 @@ aten_replay, the native runtime's switch) for the second variant's compile only.
 must equal eager bit for bit, or it stops. On the CPU (a smoke test) it runs the tiny HF config."""
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -94,6 +96,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--device", default="cuda")
     opts = ap.parse_args()
+    if opts.off == "linear_nd" and os.environ.get("TRIDENT_LINEAR_ND") != "1":
+        sys.exit("--off linear_nd compares against the change on: run with TRIDENT_LINEAR_ND=1")
     cfg = hf_llama.FULL if opts.device == "cuda" else hf_llama.TINY
     model = hf_llama.build_model(cfg, opts.device)
     if opts.device == "cuda":

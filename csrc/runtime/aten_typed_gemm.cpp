@@ -65,7 +65,7 @@ bool folds_to_2d(const at::Tensor& x, const at::Tensor& w, bool has_bias) {
 }
 
 std::atomic<bool>& linear_nd_switch() {
-  static std::atomic<bool> on{env_switch_on("TRIDENT_LINEAR_ND")};
+  static std::atomic<bool> on{env_switch_set("TRIDENT_LINEAR_ND")};
   return on;
 }
 

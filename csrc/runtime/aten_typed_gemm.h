@@ -15,8 +15,9 @@ void addmm(const AtenSite& s, trd_frame& f, const int64_t* dyn);
 void linear(const AtenSite& s, trd_frame& f, const int64_t* dyn);
 
 // Whether linear sites of modules loaded from now on multiply a contiguous N-D input without views
-// (AtenSite::linear_nd; on unless TRIDENT_LINEAR_ND=0 or switched off here, a diagnostic for A/B
-// measurements). Returns the previous setting.
+// (AtenSite::linear_nd). Off unless TRIDENT_LINEAR_ND=1 or switched on here: on the HF Llama's step
+// it saves ~40 µs of host submit but its wall time measured 15-18 µs longer (benchmarks/NOTES.md,
+// session 15), not yet explained. Returns the previous setting.
 bool set_linear_nd_for_new_modules(bool on);
 bool linear_nd_for_new_modules();
 

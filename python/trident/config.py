@@ -16,9 +16,10 @@ from dataclasses import dataclass
 # TRIDENT_ATEN_REPLAY: "0" turns off the replay of recorded launches at ATen call sites (cuDNN
 #   attention without dropout) whose inputs repeat (csrc/runtime/op_replay.h); read once, by the
 #   native runtime, when a module is loaded.
-# TRIDENT_LINEAR_ND: "0" makes F.linear of a contiguous N-D input without a bias flatten it to 2-D and
-#   view the result back, as ATen does, instead of multiplying it as it is (csrc/runtime/
-#   aten_typed_gemm.h); read once, by the native runtime, when its first module is loaded.
+# TRIDENT_LINEAR_ND: "1" makes F.linear of a contiguous N-D input without a bias on CUDA multiply it as
+#   it is into a [..., N] result, without ATen's flattening view and _unsafe_view (csrc/runtime/
+#   aten_typed_gemm.h; off by default: less host time, but a slightly longer wall time measured on the
+#   HF Llama); read once, by the native runtime, when its first module is loaded.
 # TRIDENT_KEPT_BYTES: how many bytes of intermediate buffers one compiled module may keep from one
 #   call to the next (csrc/runtime/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
 #   every allocation site allocates on every call, as eager does: less memory held between and

@@ -1,8 +1,8 @@
 """Triton kernels trident writes itself, for ATen ops whose host cost at decode sizes (TensorIterator
 set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy (also a
 contiguous clone's), a one-position index_copy_, a same-shape add and adding a number (floating or
-integer tensors), a same-shape product and multiplying by a number (floating tensors), relu, and the
-rotary embedding as HF models write it. builtin_lower.py and
+integer tensors), a same-shape product and multiplying by a number (floating tensors), choosing
+between a tensor and a number by a mask (where), relu, and the rotary embedding as HF models write it. builtin_lower.py and
 builtin_rotary.py send them only the cases where they compute exactly what the ATen ops compute (see
 there)."""
 import triton
@@ -115,6 +115,25 @@ def mul_scalar(a, s, out, n, BLOCK: tl.constexpr):
     m = offs < n
     x = tl.load(a + offs, mask=m).to(tl.float32)
     tl.store(out + offs, (x * s).to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def where_scalar(mask, x, s, out, n, x_step, NUMBER_WHERE_TRUE: tl.constexpr, BLOCK: tl.constexpr):
+    """out = where(mask, s, x) (NUMBER_WHERE_TRUE) or where(mask, x, s) for a contiguous bool mask and
+    out of n elements, x of out's fp16/bf16/fp32 dtype either contiguous alike (x_step 1) or one
+    element broadcast (x_step 0, a 0-dim tensor), and s a Python number already rounded to out's
+    dtype on the host (builtin_lower._where), so that its conversion here is exact: ATen's
+    where.ScalarSelf / ScalarOther, x's elements stored as loaded (NaN payloads included). HF's
+    attention mask conversion, where(mask, 0.0, min)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    c = tl.load(mask + offs, mask=m) != 0
+    v = tl.load(x + offs * x_step, mask=m)
+    number = tl.full([BLOCK], s, v.dtype)
+    if NUMBER_WHERE_TRUE:
+        tl.store(out + offs, tl.where(c, number, v), mask=m)
+    else:
+        tl.store(out + offs, tl.where(c, v, number), mask=m)
 
 
 @triton.jit

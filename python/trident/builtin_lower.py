@@ -3,7 +3,8 @@ the result is exactly ATen's: a copy between same-dtype tensors of one shape (th
 writes of a KV cache), a one-position index_copy_ (HF StaticCache's writes), a clone into a
 contiguous result (HF's repeat_kv), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape
 with alpha 1 (a residual add), `a * b` of one shape (HF's MLP), `a + c` and `a * c` for a Python
-number c (`x + 1`, HF's rotary scaling) and `relu(a)`; on contiguous
+number c (`x + 1`, HF's rotary scaling), `where(mask, c, a)` and `where(mask, a, c)` (HF's attention
+mask) and `relu(a)`; on contiguous
 int32/int64 tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds
 (a decoder's cache positions). Everything else, and every case with a symbolic size or stride, stays
 an ATen call. lower.py also sends the write-backs of mutated inputs and buffers to copy().
@@ -293,12 +294,15 @@ def holds_across(node: fx.Node, inplace) -> bool:
 def elementwise(lw, node: fx.Node) -> bool:
     """An ATen elementwise op as an allocation and a native launch of a builtin kernel, when the
     kernel computes exactly what ATen does: `add.Tensor` (a + b, a + number), `mul.Tensor` (a * b,
-    a * number), `relu` and `clone` (a held copy, see clone()). False when ATen must run it (nothing
+    a * number), `where` of a mask, a tensor and a number, `relu` and `clone` (a held copy, see
+    clone()). False when ATen must run it (nothing
     emitted)."""
     if node.target is torch.ops.aten.add.Tensor:
         return _add(lw, node)
     if node.target is torch.ops.aten.mul.Tensor:
         return _mul(lw, node)
+    if node.target in (torch.ops.aten.where.ScalarSelf, torch.ops.aten.where.ScalarOther):
+        return _where(lw, node)
     if node.target is torch.ops.aten.clone.default:
         if clone(lw, node):
             return True
@@ -355,6 +359,37 @@ def _mul(lw, node: fx.Node) -> bool:
     if isinstance(b, fx.Node) and _same_layout(lw, b.meta.get("val"), node.meta.get("val")):
         return _emit(lw, node, builtin_kernels.mul_contiguous, {"a": a, "b": b}, {})
     return False
+
+
+def _where(lw, node: fx.Node) -> bool:
+    """where(mask, number, x) or where(mask, x, number): a contiguous bool mask of the result's shape,
+    x a floating tensor of the result's dtype, contiguous of its shape or 0-dim (HF's mask conversion
+    takes its minimum as a 0-dim constant). ATen fills a 0-dim tensor of the result's dtype with the
+    number (`scalar_tensor`); the same CPU conversion rounds it here. A NaN number stays ATen's (its
+    payload would travel as fp32)."""
+    if len(node.args) != 3 or node.kwargs:
+        return False
+    mask, a, b = node.args
+    number_where_true = node.target is torch.ops.aten.where.ScalarSelf
+    number, x = (a, b) if number_where_true else (b, a)
+    out = node.meta.get("val")
+    if type(number) not in (int, float) or not isinstance(x, fx.Node) or not isinstance(mask, fx.Node):
+        return False
+    fm, fx_ = mask.meta.get("val"), x.meta.get("val")
+    if not (_plain(fm) and _plain(out) and fm.dtype == torch.bool and fm.is_contiguous()
+            and fm.device == out.device and list(fm.shape) == list(out.shape)):
+        return False
+    if _same_layout(lw, fx_, out):
+        x_step = 1
+    elif _single(fx_, out) and _same_layout(lw, out, out):
+        x_step = 0
+    else:
+        return False
+    value = float(torch.scalar_tensor(number, dtype=out.dtype).item())
+    if value != value:
+        return False
+    return _emit(lw, node, builtin_kernels.where_scalar, {"mask": mask, "x": x},
+                 {"s": value, "x_step": x_step, "NUMBER_WHERE_TRUE": number_where_true})
 
 
 def _single(fake, out) -> bool:

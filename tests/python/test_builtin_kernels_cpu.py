@@ -164,6 +164,42 @@ def test_products_that_are_not_exactly_the_kernel_stay_aten(fn, args):
     assert "aten::mul" in text and "mul_contiguous" not in text and "mul_scalar" not in text, text
 
 
+def mask_fill(mask, x):
+    """HF's attention mask conversion: 0 where attended, the dtype's minimum elsewhere (x 0-dim)."""
+    return torch.where(mask, 0.0, x)
+
+
+def mask_keep(mask, x):
+    return torch.where(mask, x, -0.3)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_where_of_a_mask_a_tensor_and_a_number_is_an_allocation_and_a_native_launch(dtype):
+    mask = torch.rand(1, 1, 1, 96) > 0.5
+    text = lowered_text(mask_fill, mask, torch.tensor(torch.finfo(dtype).min, dtype=dtype))
+    assert "aten::where" not in text and "where_scalar" in text, text
+    # the number is the kernel's s; x_step 0 (a 0-dim x) is the launch's last operand
+    assert re.search(r"launch 0 grid\(1, 1, 1\) \(%0, %1, 0\.0, %\d+, 96, 0\)", text), text
+    text = lowered_text(mask_keep, torch.rand(3, 700) > 0.5, torch.randn(3, 700, dtype=dtype))
+    # x_step 1: a Triton constexpr, not an operand; -0.3 rounded to the dtype as ATen's fill rounds it
+    literal = repr(float(torch.tensor(-0.3, dtype=dtype)))
+    assert re.search(rf"launch 0 grid\(3, 1, 1\) \(%0, %1, {re.escape(literal)}, %\d+, 2100\)", text), text
+
+
+@pytest.mark.parametrize("fn, args", [
+    (mask_fill, (torch.rand(8, 16) > 0.5, torch.randn(16))),                           # broadcast x
+    (mask_fill, (torch.rand(16) > 0.5, torch.randn(8, 16))),                           # broadcast mask
+    (mask_fill, (torch.rand(16, 8).t() > 0.5, torch.randn(8, 16))),                    # mask layout
+    (mask_fill, (torch.rand(8, 16) > 0.5, torch.randn(16, 8).t())),                    # x layout
+    (mask_fill, (torch.rand(8, 16) > 0.5, torch.randint(0, 9, (8, 16)))),              # integer x: a float
+    (mask_fill, (torch.rand(8, 16) > 0.5, torch.randn(8, 16, dtype=torch.float64))),   # dtype
+    (lambda m, x: torch.where(m, float("nan"), x), (torch.rand(8, 16) > 0.5, torch.randn(8, 16))),  # NaN
+])
+def test_wheres_that_are_not_exactly_the_kernel_stay_aten(fn, args):
+    text = lowered_text(fn, *args)
+    assert "aten::where" in text and "where_scalar" not in text, text
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_relu_is_an_allocation_and_a_native_launch(dtype):
     text = lowered_text(lambda a, b: torch.relu(torch.mm(a, b)), *(torch.randn(64, 64, dtype=dtype),) * 2)
@@ -400,6 +436,18 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
             a.view(bits)[0, 0] |= 0x5  # a NaN payload
             bk.relu[(3,)](a, out, 2100, BLOCK=1024)
             assert torch.equal(out.view(bits), torch.relu(a).view(bits)), dtype
+            # where: the number rounded as ATen's fill rounds it, x's elements as they are (NaN bits)
+            wx = torch.cat([special, torch.randn(2093, generator=g)]).to(dtype).view(3, 700)
+            wx.view(bits)[0, 0] |= 0x5  # a NaN payload
+            mask = torch.rand(3, 700, generator=g) > 0.5
+            for c in (0.0, -0.3, 1e-9, 70000.0, -float("inf")):
+                s = float(torch.scalar_tensor(c, dtype=dtype))
+                bk.where_scalar[(3,)](mask, wx, s, out, 2100, 1, NUMBER_WHERE_TRUE=True, BLOCK=1024)
+                assert torch.equal(out.view(bits), torch.where(mask, c, wx).view(bits)), (dtype, c)
+                bk.where_scalar[(3,)](mask, wx, s, out, 2100, 1, NUMBER_WHERE_TRUE=False, BLOCK=1024)
+                assert torch.equal(out.view(bits), torch.where(mask, wx, c).view(bits)), (dtype, c)
+                bk.where_scalar[(3,)](mask, wx[0, 0], s, out, 2100, 0, NUMBER_WHERE_TRUE=True, BLOCK=1024)
+                assert torch.equal(out.view(bits), torch.where(mask, c, wx[0, 0]).view(bits)), (dtype, c)
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")

@@ -111,6 +111,33 @@ def test_products_match_eager_bit_for_bit_specials_and_subnormals_included(dtype
         assert f'"{kernel}"' in text and "aten::mul" not in text, text
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_where_of_a_mask_and_a_number_matches_eager_bit_for_bit(dtype):
+    """HF's mask conversion (where(mask, 0.0, <0-dim min>)) and both argument orders with numbers the
+    dtype must round; x's NaNs keep their payloads, as ATen's where copies them."""
+    require_cuda()
+    bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e4, -3e4, 0.5])
+    fill = trident.compile(lambda m, x: torch.where(m, 0.0, x))
+    numbers = (-0.3, 1e-9, 70000.0, -float("inf"), 3)
+    keep = [trident.compile(lambda m, x, c=c: torch.where(m, x, c)) for c in numbers]
+    put = [trident.compile(lambda m, x, c=c: torch.where(m, c, x)) for c in numbers]
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.cat([special.cuda(), torch.randn(2992, device="cuda", generator=g)]).to(dtype).view(3, 1000)
+        x.view(bits)[0, 0] |= 0x5  # a NaN payload
+        m = torch.rand(3, 1000, device="cuda", generator=g) > 0.5
+        lowest = torch.tensor(torch.finfo(dtype).min, device="cuda", dtype=dtype)
+        mask = torch.rand(1, 1, 1, 96, device="cuda", generator=g) > 0.5
+        assert torch.equal(fill(mask, lowest).view(bits), torch.where(mask, 0.0, lowest).view(bits))
+        for c, k, p in zip(numbers, keep, put):
+            assert torch.equal(k(m, x).view(bits), torch.where(m, x, c).view(bits)), c
+            assert torch.equal(p(m, x).view(bits), torch.where(m, c, x).view(bits)), c
+    for fn, args in ((fill, (mask, lowest)), (keep[0], (m, x)), (put[0], (m, x))):
+        text = trident.explain(fn, *args)
+        assert '"where_scalar"' in text and "aten::where" not in text, text
+
+
 def mm_relu(a, b):
     return torch.relu(torch.mm(a, b))
 

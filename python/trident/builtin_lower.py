@@ -13,6 +13,7 @@ Which devices: TRIDENT_BUILTIN_KERNELS (config.py): auto (the default: CUDA tens
 device; the launch then fails on CPU tensors, which is how CPU tests check the lowering without a GPU)."""
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -366,7 +367,7 @@ def _where(lw, node: fx.Node) -> bool:
     x a floating tensor of the result's dtype, contiguous of its shape or 0-dim (HF's mask conversion
     takes its minimum as a 0-dim constant). ATen fills a 0-dim tensor of the result's dtype with the
     number (`scalar_tensor`); the same CPU conversion rounds it here. A NaN number stays ATen's (its
-    payload would travel as fp32)."""
+    payload would travel as fp32), and so does one the dtype cannot hold (ATen raises)."""
     if len(node.args) != 3 or node.kwargs:
         return False
     mask, a, b = node.args
@@ -385,6 +386,8 @@ def _where(lw, node: fx.Node) -> bool:
         x_step = 0
     else:
         return False
+    if math.isfinite(number) and abs(number) > torch.finfo(out.dtype).max:
+        return False  # ATen's fill raises (c10::checked_convert): its call stays, to raise as eager's
     value = float(torch.scalar_tensor(number, dtype=out.dtype).item())
     if value != value:
         return False

@@ -194,6 +194,7 @@ def test_where_of_a_mask_a_tensor_and_a_number_is_an_allocation_and_a_native_lau
     (mask_fill, (torch.rand(8, 16) > 0.5, torch.randint(0, 9, (8, 16)))),              # integer x: a float
     (mask_fill, (torch.rand(8, 16) > 0.5, torch.randn(8, 16, dtype=torch.float64))),   # dtype
     (lambda m, x: torch.where(m, float("nan"), x), (torch.rand(8, 16) > 0.5, torch.randn(8, 16))),  # NaN
+    (lambda m, x: torch.where(m, 7e4, x), (torch.rand(8, 16) > 0.5, torch.randn(8, 16, dtype=torch.float16))),
 ])
 def test_wheres_that_are_not_exactly_the_kernel_stay_aten(fn, args):
     text = lowered_text(fn, *args)

@@ -119,7 +119,7 @@ def test_where_of_a_mask_and_a_number_matches_eager_bit_for_bit(dtype):
     bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
     special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e4, -3e4, 0.5])
     fill = trident.compile(lambda m, x: torch.where(m, 0.0, x))
-    numbers = (-0.3, 1e-9, 70000.0, -float("inf"), 3)
+    numbers = (-0.3, 1e-9, 3000.7, -float("inf"), 3)
     keep = [trident.compile(lambda m, x, c=c: torch.where(m, x, c)) for c in numbers]
     put = [trident.compile(lambda m, x, c=c: torch.where(m, c, x)) for c in numbers]
     for seed in range(3):
@@ -136,6 +136,13 @@ def test_where_of_a_mask_and_a_number_matches_eager_bit_for_bit(dtype):
     for fn, args in ((fill, (mask, lowest)), (keep[0], (m, x)), (put[0], (m, x))):
         text = trident.explain(fn, *args)
         assert '"where_scalar"' in text and "aten::where" not in text, text
+    if dtype == torch.float16:  # a number fp16 cannot hold: ATen's error, and the function stays usable
+        big = trident.compile(lambda m, x: torch.where(m, x, 7e4))
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.where(m, x, 7e4)
+        with pytest.raises(RuntimeError, match="without overflow"):
+            big(m, x)
+        assert torch.equal(keep[0](m, x).view(bits), torch.where(m, x, -0.3).view(bits))
 
 
 def mm_relu(a, b):

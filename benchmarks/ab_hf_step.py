@@ -13,6 +13,8 @@ CHANGE (default mask) is one of OFF's keys:
 - mul: the builtin products (the MLP's act(gate) * up, the rotary scaling) stay ATen calls;
 - where: the attention mask's conversion (where of the mask, 0.0 and the dtype's minimum) stays an
   ATen call;
+- convert: the rotary's dtype conversions (positions to fp32, cos and sin to the model's dtype) stay
+  ATen calls;
 - linear_nd: the linears of [B, 1, K] activations flatten them to 2-D and view the result back, as
   ATen's linear does (csrc/runtime/aten_typed_gemm.h). The change is off by default: run with
   TRIDENT_LINEAR_ND=1 so that "as built" has it;
@@ -64,12 +66,13 @@ def _switched_off(change: str) -> list:
         "clone": [patch(trident.builtin_lower, "clone", lambda lw, node: False)],
         "mul": [patch(trident.builtin_lower, "_mul", lambda lw, node: False)],
         "where": [patch(trident.builtin_lower, "_where", lambda lw, node: False)],
+        "convert": [patch(trident.builtin_lower, "_convert", lambda lw, node: False)],
         "linear_nd": [_native_switch_off("_set_linear_nd")],
         "aten_replay": [_native_switch_off("_set_aten_replay")],
     }[change]
 
 
-OFF = ("mask", "int_adds", "index_copy", "clone", "mul", "where", "linear_nd", "aten_replay")
+OFF = ("mask", "int_adds", "index_copy", "clone", "mul", "where", "convert", "linear_nd", "aten_replay")
 
 
 def compiled_without(change: str, step, ids, pos):

@@ -2,7 +2,8 @@
 set-up, ~4-10 µs over the launch on an H200 host) is larger than the work: a strided copy (also a
 contiguous clone's), a one-position index_copy_, a same-shape add and adding a number (floating or
 integer tensors), a same-shape product and multiplying by a number (floating tensors), choosing
-between a tensor and a number by a mask (where), relu, and the rotary embedding as HF models write it. builtin_lower.py and
+between a tensor and a number by a mask (where), dtype conversions that round once, relu, and the
+rotary embedding as HF models write it. builtin_lower.py and
 builtin_rotary.py send them only the cases where they compute exactly what the ATen ops compute (see
 there)."""
 import triton
@@ -134,6 +135,18 @@ def where_scalar(mask, x, s, out, n, x_step, NUMBER_WHERE_TRUE: tl.constexpr, BL
         tl.store(out + offs, tl.where(c, number, v), mask=m)
     else:
         tl.store(out + offs, tl.where(c, v, number), mask=m)
+
+
+@triton.jit
+def convert(a, out, n, BLOCK: tl.constexpr):
+    """out = a converted to out's dtype, both contiguous with n elements, for the conversions that
+    round at most once (builtin_lower._CONVERSIONS): fp32 to bf16/fp16 by the device's
+    round-to-nearest-even conversion, as ATen's CUDA copy converts; bf16/fp16 to fp32 (exact);
+    int32/int64 to fp32 (rounded to nearest even, as the device's conversion ATen uses). HF's rotary
+    takes its positions to fp32 and its cos and sin to the model's dtype this way."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out + offs, tl.load(a + offs, mask=m).to(out.dtype.element_ty), mask=m)
 
 
 @triton.jit

@@ -4,7 +4,7 @@ writes of a KV cache), a one-position index_copy_ (HF StaticCache's writes), a c
 contiguous result (HF's repeat_kv), and on contiguous fp16/bf16/fp32 tensors `a + b` of one shape
 with alpha 1 (a residual add), `a * b` of one shape (HF's MLP), `a + c` and `a * c` for a Python
 number c (`x + 1`, HF's rotary scaling), `where(mask, c, a)` and `where(mask, a, c)` (HF's attention
-mask) and `relu(a)`; on contiguous
+mask) and `relu(a)`, and the dtype conversions that round at most once (HF's rotary); on contiguous
 int32/int64 tensors `a + b` (b also a 0-dim tensor) and `a + c` for a Python int c the dtype holds
 (a decoder's cache positions). Everything else, and every case with a symbolic size or stride, stays
 an ATen call. lower.py also sends the write-backs of mutated inputs and buffers to copy().
@@ -28,6 +28,11 @@ BLOCK = 1024
 _INT32_MAX = 2 ** 31 - 1
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _INT_DTYPES = (torch.int32, torch.int64)
+# (from, to) dtype conversions the convert kernel computes as ATen's CUDA copy does: each rounds at
+# most once. fp16 or an integer to bf16 goes through fp32 in ATen (two roundings) and would round
+# once in Triton; fp64 and narrower integers are not needed by the models served.
+_CONVERSIONS = {(torch.float32, torch.bfloat16), (torch.float32, torch.float16), (torch.bfloat16, torch.float32),
+                (torch.float16, torch.float32), (torch.int32, torch.float32), (torch.int64, torch.float32)}
 
 
 def _eligible(lw, fake) -> bool:
@@ -295,8 +300,8 @@ def holds_across(node: fx.Node, inplace) -> bool:
 def elementwise(lw, node: fx.Node) -> bool:
     """An ATen elementwise op as an allocation and a native launch of a builtin kernel, when the
     kernel computes exactly what ATen does: `add.Tensor` (a + b, a + number), `mul.Tensor` (a * b,
-    a * number), `where` of a mask, a tensor and a number, `relu` and `clone` (a held copy, see
-    clone()). False when ATen must run it (nothing
+    a * number), `where` of a mask, a tensor and a number, `_to_copy` (a dtype conversion), `relu`
+    and `clone` (a held copy, see clone()). False when ATen must run it (nothing
     emitted)."""
     if node.target is torch.ops.aten.add.Tensor:
         return _add(lw, node)
@@ -304,6 +309,8 @@ def elementwise(lw, node: fx.Node) -> bool:
         return _mul(lw, node)
     if node.target in (torch.ops.aten.where.ScalarSelf, torch.ops.aten.where.ScalarOther):
         return _where(lw, node)
+    if node.target is torch.ops.aten._to_copy.default:
+        return _convert(lw, node)
     if node.target is torch.ops.aten.clone.default:
         if clone(lw, node):
             return True
@@ -393,6 +400,25 @@ def _where(lw, node: fx.Node) -> bool:
         return False
     return _emit(lw, node, builtin_kernels.where_scalar, {"mask": mask, "x": x},
                  {"s": value, "x_step": x_step, "NUMBER_WHERE_TRUE": number_where_true})
+
+
+def _convert(lw, node: fx.Node) -> bool:
+    """x.to(dtype) of a contiguous tensor into a contiguous result of its shape and device, for the
+    conversions in _CONVERSIONS. Anything else `_to_copy` may be asked (a device, a layout, pinned
+    memory, a non-contiguous result) stays ATen's."""
+    x = node.args[0] if len(node.args) == 1 else None
+    kw = node.kwargs
+    if not isinstance(x, fx.Node) or set(kw) - {"dtype", "layout", "device", "pin_memory", "non_blocking",
+                                                "memory_format"}:
+        return False
+    if kw.get("layout") not in (None, torch.strided) or kw.get("pin_memory") or kw.get("non_blocking"):
+        return False
+    fs, out = x.meta.get("val"), node.meta.get("val")
+    if not (_plain(fs) and _plain(out) and _eligible(lw, out) and (fs.dtype, out.dtype) in _CONVERSIONS
+            and fs.device == out.device and list(fs.shape) == list(out.shape) and fs.is_contiguous()
+            and out.is_contiguous()):
+        return False
+    return _emit(lw, node, builtin_kernels.convert, {"a": x}, {})
 
 
 def _single(fake, out) -> bool:

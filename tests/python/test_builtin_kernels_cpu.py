@@ -13,6 +13,7 @@ import torch
 from fake_cuda import capture_as_sm90, keep_ptx
 
 import trident
+from trident.lower import dtype_code
 
 
 @pytest.fixture(autouse=True)
@@ -199,6 +200,32 @@ def test_where_of_a_mask_a_tensor_and_a_number_is_an_allocation_and_a_native_lau
 def test_wheres_that_are_not_exactly_the_kernel_stay_aten(fn, args):
     text = lowered_text(fn, *args)
     assert "aten::where" in text and "where_scalar" not in text, text
+
+
+CONVERSIONS = [(torch.float32, torch.bfloat16), (torch.float32, torch.float16), (torch.bfloat16, torch.float32),
+               (torch.float16, torch.float32), (torch.int32, torch.float32), (torch.int64, torch.float32)]
+
+
+@pytest.mark.parametrize("src, dst", CONVERSIONS)
+def test_a_conversion_that_rounds_once_is_an_allocation_and_a_native_launch(src, dst):
+    """HF's rotary: positions to fp32, cos and sin to the model's dtype."""
+    text = lowered_text(lambda x: x.to(dst) * 2, torch.ones(3, 700, dtype=src))
+    assert "aten::_to_copy" not in text and '"convert"' in text, text
+    assert re.search(rf'%\d+ = call "aten::empty.memory_format" \(\[3, 700\], dtype\({dtype_code(dst)}\)', text), text
+    assert re.search(r"launch 0 grid\(3, 1, 1\) \(%0, %\d+, 2100\)", text), text
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x: x.to(torch.bfloat16) * 2, (torch.randn(8, 16, dtype=torch.float16),)),  # rounds twice in ATen
+    (lambda x: x.to(torch.bfloat16) * 2, (torch.ones(8, 16, dtype=torch.int64),)),     # likewise
+    (lambda x: x.to(torch.float64) * 2, (torch.randn(8, 16),)),                         # not served
+    (lambda x: x.to(torch.int32) * 2, (torch.randn(8, 16),)),                           # truncation: ATen's
+    (lambda x: x.to(torch.bfloat16) * 2, (torch.randn(16, 8).t(),)),                    # layout
+    (lambda x: x.to(torch.bfloat16, memory_format=torch.channels_last) * 2, (torch.randn(2, 3, 4, 5),)),
+])
+def test_conversions_that_are_not_exactly_the_kernel_stay_aten(fn, args):
+    text = lowered_text(fn, *args)
+    assert "aten::_to_copy" in text and '"convert"' not in text, text
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -449,6 +476,22 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
                 assert torch.equal(out.view(bits), torch.where(mask, wx, c).view(bits)), (dtype, c)
                 bk.where_scalar[(3,)](mask, wx[0, 0], s, out, 2100, 0, NUMBER_WHERE_TRUE=True, BLOCK=1024)
                 assert torch.equal(out.view(bits), torch.where(mask, c, wx[0, 0]).view(bits)), (dtype, c)
+        # conversions: exact ones bit for bit; fp32 -> fp16 rounds to nearest even in the interpreter
+        # too (numpy), integers fp32 cannot hold among the int -> fp32 ones (fp32 -> bf16: GPU test)
+        h = torch.cat([special, torch.randn(2093, generator=g)]).view(3, 700)
+        for src, dst in ((torch.float32, torch.float16), (torch.bfloat16, torch.float32), (torch.float16, torch.float32)):
+            a = h.to(src)
+            got = torch.empty(3, 700, dtype=dst)
+            bk.convert[(3,)](a, got, 2100, BLOCK=1024)
+            assert torch.equal(got.isnan(), a.to(dst).isnan()), (src, dst)
+            assert torch.equal(got.nan_to_num(), a.to(dst).nan_to_num()), (src, dst)
+        for idtype in (torch.int32, torch.int64):
+            top = torch.iinfo(idtype).max
+            a = torch.tensor([top, -top - 1, 2 ** 24 + 1, -(2 ** 24 + 3), 0, 7] + ([2 ** 60 + 1] if top > 2 ** 32 else []),
+                             dtype=idtype)
+            got = torch.empty(a.shape, dtype=torch.float32)
+            bk.convert[(1,)](a, got, a.numel(), BLOCK=1024)
+            assert torch.equal(got, a.to(torch.float32)), idtype
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")

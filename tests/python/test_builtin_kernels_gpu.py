@@ -145,6 +145,36 @@ def test_where_of_a_mask_and_a_number_matches_eager_bit_for_bit(dtype):
         assert torch.equal(keep[0](m, x).view(bits), torch.where(m, x, -0.3).view(bits))
 
 
+@pytest.mark.parametrize("src, dst", [(torch.float32, torch.bfloat16), (torch.float32, torch.float16),
+                                      (torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                      (torch.int32, torch.float32), (torch.int64, torch.float32)])
+def test_conversions_match_eager_bit_for_bit(src, dst):
+    """HF's rotary conversions and their kin: values that round (ties included), overflow to infinity,
+    subnormals, signed zeros; integers fp32 cannot hold. A NaN only has to stay a NaN (its payload
+    is the device's conversion's)."""
+    require_cuda()
+    bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dst]
+    to = trident.compile(lambda x: x.to(dst))
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        if src.is_floating_point:
+            special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 65520.0, -7e4, 3e38,
+                                    1 + 2 ** -8, 1 + 3 * 2 ** -9, 2 ** -130, 6e-8, 1e-45])
+            x = torch.cat([special.cuda(), torch.randn(2987, device="cuda", generator=g) * 100]).to(src)
+        else:
+            top = torch.iinfo(src).max
+            special = [top, -top - 1, 2 ** 24 + 1, -(2 ** 24 + 3), 0] + ([2 ** 60 + 1, 2 ** 53 + 3] if top > 2 ** 32 else [])
+            x = torch.cat([torch.tensor(special, dtype=src, device="cuda"),
+                           torch.randint(-2 ** 30, 2 ** 30, (3000 - len(special),), device="cuda", generator=g,
+                                         dtype=src)])
+        x = x.view(3, 1000)
+        got, want = to(x), x.to(dst)
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.view(bits)[~want.isnan()], want.view(bits)[~want.isnan()]), (src, dst)
+    text = trident.explain(to, x)
+    assert '"convert"' in text and "aten::_to_copy" not in text, text
+
+
 def mm_relu(a, b):
     return torch.relu(torch.mm(a, b))
 

@@ -384,12 +384,12 @@ def _where(lw, node: fx.Node) -> bool:
     if type(number) not in (int, float) or not isinstance(x, fx.Node) or not isinstance(mask, fx.Node):
         return False
     fm, fx_ = mask.meta.get("val"), x.meta.get("val")
-    if not (_plain(fm) and _plain(out) and fm.dtype == torch.bool and fm.is_contiguous()
+    if not (_same_layout(lw, out, out) and _plain(fm) and fm.dtype == torch.bool and fm.is_contiguous()
             and fm.device == out.device and list(fm.shape) == list(out.shape)):
-        return False
+        return False  # out: a plain contiguous floating result the kernels serve; the mask: out's shape
     if _same_layout(lw, fx_, out):
         x_step = 1
-    elif _single(fx_, out) and _same_layout(lw, out, out):
+    elif _single(fx_, out):
         x_step = 0
     else:
         return False

@@ -2,7 +2,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/clone_ops.h>
-#include <ATen/ops/equal_ops.h>
 #include <ATen/ops/mm_ops.h>
 #include <ATen/ops/view_ops.h>
 #include <c10/core/Allocator.h>
@@ -14,6 +13,7 @@
 #include "runtime/env_switch.h"
 #include "runtime/launch_record.h"
 #include "runtime/reason_tally.h"
+#include "runtime/tensor_bits.h"
 
 namespace trident::runtime {
 namespace {
@@ -193,7 +193,7 @@ void LtGemm::try_record(const Plan& p, const Args& x, at::Tensor& out) const {
   // out holds cuBLASLt's result: the first replay must reproduce it bit for bit.
   const at::Tensor expected = at::_ops::clone::call(out, std::nullopt);
   const CUresult r = rec->replay(static_cast<CUstream>(x.stream));
-  if (r != CUDA_SUCCESS || !at::_ops::equal::call(out, expected)) {
+  if (r != CUDA_SUCCESS || !equal_bits(out, expected)) {
     out.copy_(expected);
     return stop_replay(r != CUDA_SUCCESS ? "the driver refused a recorded launch: " + LaunchRecord::error_text(r)
                                          : "a first replay differed from cuBLASLt's result");
@@ -250,7 +250,7 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
   }
   const at::Tensor expected = at::_ops::mm::call(as_2d(a, m, k), b);
   at::Tensor out_2d = as_2d(out, m, n);
-  if (!at::_ops::equal::call(out_2d, expected)) {
+  if (!equal_bits(out_2d, expected)) {
     out_2d.copy_(expected);
     state_.store(State::Declined, std::memory_order_release);
     return true;  // out holds eager's result

@@ -1,7 +1,5 @@
 #include "runtime/op_replay.h"
 
-#include <ATen/ops/equal_ops.h>
-#include <ATen/ops/view_ops.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -12,6 +10,7 @@
 #include "runtime/env_switch.h"
 #include "runtime/launch_record.h"
 #include "runtime/reason_tally.h"
+#include "runtime/tensor_bits.h"
 
 namespace trident::runtime {
 namespace {
@@ -47,21 +46,9 @@ class CurrentStreamIs {
   c10::Stream prev_;
 };
 
-// Equal bits (not values: -0.0 and 0.0 differ, equal NaNs match): same layout, then the elements
-// seen as integers of their width.
+// The kept returns are what ATen returned, layout included: same strides, then the same bits.
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.defined() || !b.defined() || a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes() ||
-      a.strides() != b.strides())
-    return false;
-  c10::ScalarType as_int;
-  switch (a.element_size()) {
-    case 1: as_int = c10::ScalarType::Byte; break;
-    case 2: as_int = c10::ScalarType::Short; break;
-    case 4: as_int = c10::ScalarType::Int; break;
-    case 8: as_int = c10::ScalarType::Long; break;
-    default: return false;
-  }
-  return at::_ops::equal::call(at::_ops::view_dtype::call(a, as_int), at::_ops::view_dtype::call(b, as_int));
+  return a.defined() && b.defined() && a.strides() == b.strides() && equal_bits(a, b);
 }
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }

@@ -29,16 +29,22 @@ bool mm_shapes(const at::Tensor& a, const at::Tensor& b) {
 void mm_into(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   if (!(f.below_autograd && s.gemm && s.gemm->run(a, b, out))) at::_ops::mm_out::call(a, b, out);
 }
-at::Tensor mm_fresh(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b) {
+// a @ b through the site's cuBLASLt plan into a fresh contiguous CUDA tensor of `sizes` (a's
+// dtype, the current device): [M, N] for 2-D a, or a's leading sizes and N for a linear's N-D input.
+// Undefined when the plan cannot serve the call; the caller then runs ATen.
+at::Tensor lt_fresh(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b, c10::IntArrayRef sizes) {
   const c10::ScalarType dt = a.scalar_type();
-  if (f.below_autograd && s.gemm && s.gemm->state() != LtGemm::State::Declined && a.is_cuda() &&
-      (dt == c10::ScalarType::BFloat16 || dt == c10::ScalarType::Half)) {
-    at::Tensor out = at::detail::empty_generic({a.size(0), b.size(1)}, c10::GetAllocator(c10::DeviceType::CUDA),
-                                               c10::DispatchKeySet(c10::DispatchKey::CUDA), a.scalar_type(),
-                                               std::nullopt);
-    if (s.gemm->run(a, b, out)) return out;
-  }
-  return at::_ops::mm::call(a, b);
+  if (!(f.below_autograd && s.gemm && s.gemm->state() != LtGemm::State::Declined && a.is_cuda() &&
+        (dt == c10::ScalarType::BFloat16 || dt == c10::ScalarType::Half)))
+    return {};
+  at::Tensor out = at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::CUDA),
+                                             c10::DispatchKeySet(c10::DispatchKey::CUDA), dt, std::nullopt);
+  return s.gemm->run(a, b, out) ? out : at::Tensor();
+}
+at::Tensor mm_fresh(const AtenSite& s, trd_frame& f, const at::Tensor& a, const at::Tensor& b) {
+  const int64_t sizes[2] = {a.size(0), b.size(1)};
+  at::Tensor out = lt_fresh(s, f, a, b, sizes);
+  return out.defined() ? out : at::_ops::mm::call(a, b);
 }
 
 // F.linear of a 2-D input is what ATen's own linear computes after two composite layers:
@@ -69,10 +75,6 @@ std::atomic<bool>& linear_nd_switch() {
   return on;
 }
 
-bool lt_dtype(const at::Tensor& t) {
-  return t.scalar_type() == c10::ScalarType::BFloat16 || t.scalar_type() == c10::ScalarType::Half;
-}
-
 // F.linear of a contiguous N-D input without a bias, in a run that records no autograd history:
 // cuBLASLt multiplies x's memory as [M, K] into a result allocated [..., N] directly, skipping the
 // view and _unsafe_view dispatches that ATen's fold costs (two per GEMM). The result is what that
@@ -90,12 +92,7 @@ void linear_nd(const AtenSite& s, trd_frame& f, const at::Tensor& x, const at::T
   produce(
       s, f, key,
       [&] {
-        if (s.gemm && s.gemm->state() != LtGemm::State::Declined && x.is_cuda() && lt_dtype(x)) {
-          at::Tensor out = at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::CUDA),
-                                                     c10::DispatchKeySet(c10::DispatchKey::CUDA), x.scalar_type(),
-                                                     std::nullopt);
-          if (s.gemm->run(x, wt, out)) return out;
-        }
+        if (at::Tensor out = lt_fresh(s, f, x, wt, sizes); out.defined()) return out;
         const at::Tensor flat = at::_ops::view::call(x, c10::fromIntArrayRefSlow(flat_x));
         return at::_ops::_unsafe_view::call(at::_ops::mm::call(flat, wt), c10::fromIntArrayRefSlow(sizes));
       },

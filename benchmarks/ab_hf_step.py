@@ -1,8 +1,10 @@
 """A/B in one process: the HF Llama's decode step compiled as trident compiles it, against the same
 step compiled with one of trident's changes switched off. Host submit and wall time per step, the
-variants interleaved so that the host's drift hits both alike.
+variants interleaved (in alternating order) so that the host's drift hits both alike; with --graph,
+also each variant's device time with its step captured in a CUDA graph, which tells a change to the
+kernels' time from one to the gaps between kernels launched one by one.
 
-    python benchmarks/ab_hf_step.py [--off CHANGE] [--batch B] [--rounds N] [--device cpu]
+    python benchmarks/ab_hf_step.py [--off CHANGE] [--batch B] [--rounds N] [--graph] [--device cpu]
 
 CHANGE (default mask) is one of OFF's keys:
 - mask: the two capture passes that convert the attention mask once per step (sdpa decomposed at
@@ -101,6 +103,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time each variant's step captured in a CUDA graph (device time without launch gaps)")
     opts = ap.parse_args()
     if opts.off == "linear_nd" and os.environ.get("TRIDENT_LINEAR_ND") != "1":
         sys.exit("--off linear_nd compares against the change on: run with TRIDENT_LINEAR_ND=1")
@@ -124,12 +128,18 @@ def main():
                 ("eager", lambda: step(ids, pos)))
     submit = {name: [] for name, _ in variants}
     wall = {name: [] for name, _ in variants[:2]}
-    for _ in range(opts.rounds):
-        for name, f in variants:
+    for r in range(opts.rounds):  # each round reverses the order, so neither variant always goes first
+        for name, f in variants[::1 if r % 2 == 0 else -1]:
             submit[name].append(submit_us_per_step(f, repeats=30))
-    for _ in range(max(3, opts.rounds // 2)):
-        for name, f in variants[:2]:
+    for r in range(max(4, opts.rounds // 2)):
+        for name, f in variants[:2][::1 if r % 2 == 0 else -1]:
             wall[name].append(timing.host_us_per_call(f, (), calls=100, repeats=1, warmup=10)[0])
+    graph = {}
+    if opts.graph:  # each variant's step captured in a CUDA graph: its kernels' device time alone
+        for name, f in variants[:2]:
+            graph[name] = timing.graph_replay_us(f)[0]
+            for _ in range(3):  # the capture moved the step's buffers: its GEMM sites record again now
+                f()
     print(f"\nHF step, batch {opts.batch}, {opts.rounds} interleaved rounds: median (min-max) µs per step")
     for name, _ in variants:
         s = submit[name]
@@ -137,6 +147,8 @@ def main():
         if name in wall:
             w = wall[name]
             line += f"   wall {statistics.median(w):8.1f} ({min(w):.1f}-{max(w):.1f})"
+        if name in graph:
+            line += f"   graph {graph[name]:8.1f}"
         print(line)
 
 

@@ -61,9 +61,10 @@ def percall_table(results):
     head = "native floor (C++ cuLaunchKernel of an empty kernel): " + (
         f"{floor_us:.2f} us per launch" if floor_us else "unavailable - " + str(floor.get("message", ""))[:200])
     widths, align = [14, 24, 11, 7, 7, 8, 9, 13, 8, 7, 0], "llrrrrrlrrl"
-    lines = ["Per call, us: host wall time per call, synced every 100 calls (median of repeats)", head,
+    lines = ["Per call, us: host wall time per call, synced every 100 calls; each mode's cases timed in turn, "
+             "round after round, median of the rounds", head,
              "x eager = time / eager time (below 1 is faster); x floor = time / native floor, the floor measured "
-             "just before and after the case where it could be (host speed drifts); kernels = device kernels per "
+             "in each of the mode's rounds (median; host speed drifts); kernels = device kernels per "
              "call (profiler); x floor/k = time / (native floor x kernels)", "",
              _row(["case", "mode", "us", "x eager", "x floor", "kernels", "x floor/k", "check", "peak MiB", "first s",
                    "note"], widths, align)]

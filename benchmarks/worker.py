@@ -82,11 +82,10 @@ def clone_out(out):
 
 # ---- per-call cases --------------------------------------------------------------------------
 
-def run_case(mode, case, device, cfg, floor_exe=None, to_count=None):
-    """Time one per-call case. (The compiled callable and its arguments go to `to_count`: their
-    device kernels are counted with the profiler after everything else the worker times, because
-    launches stayed slower in a process once the profiler had run in it: 1-4 µs per call in two
-    runs of this suite, which counted right after each case.)"""
+def prepare_case(mode, case, device, cfg):
+    """Build one per-call case and make its first call (checked against the reference), then the
+    warm-up calls, whose peak memory is the case's. Returns (entry, compiled, args); compiled is None
+    when the build or first call failed (entry says how)."""
     name, _, fn, make_args, reference, tol = case
     modes.reset(mode)
     args = make_args(device)
@@ -99,23 +98,73 @@ def run_case(mode, case, device, cfg, floor_exe=None, to_count=None):
         timing.sync()
     except Exception as e:  # noqa: BLE001  (every failure is reported, none stops the run)
         status, msg = modes.classify(mode, e)
-        return {**entry, "status": status, "message": msg}
+        return {**entry, "status": status, "message": msg}, None, None
     entry["first_call_s"] = time.perf_counter() - t0
     entry["check"] = modes.check(out, want, tol)
-    floors = [timing.run_native_floor(floor_exe, 5000, 5)] if floor_exe else []
-    entry["us"], entry["us_samples"] = timing.host_us_per_call(compiled, args, **cfg["percall"])
-    floors += [timing.run_native_floor(floor_exe, 5000, 5)] if floor_exe else []
-    if floors and all(f["status"] == OK for f in floors):
-        # The host's speed drifts by up to a third within a minute (benchmarks/NOTES.md): the floor
-        # measured just before and after this case is the one its time is compared with.
-        entry["floor_us"] = statistics.mean(f["us"] for f in floors)
+    for _ in range(cfg["percall"]["warmup"]):
+        compiled(*args)
+    timing.sync()
     entry["peak_mib"] = memory_peak(cfg)
-    if to_count is not None:
-        to_count.append((name, compiled, args))
     entry["status"] = OK if entry["check"]["ok"] else FAILED
     entry["counters"] = modes.trident_counters(mode, compiled)
     entry["dynamo"] = modes.dynamo_stats()
-    return entry
+    return entry, compiled, args
+
+
+def time_cases(prepared, cfg, floor_exe, budget):
+    """Host µs per call of the prepared cases, in rounds: each round runs the native floor, then
+    `calls` calls of every case in turn; a case's time is its median over rounds, and its floor the
+    median of the rounds' floors. The host's speed drifts within a minute and a process's first
+    timed case ran slower than the same case timed later (benchmarks/NOTES.md, session 16), so no
+    case is timed all at once, first, or far from its floor."""
+    pc = cfg["percall"]
+    floors = []
+    for r in range(pc["repeats"]):
+        if budget.left() < MIN_ENTRY_S:
+            break
+        floor = timing.run_native_floor(floor_exe, 5000, 5) if floor_exe else None
+        floors.append(floor["us"] if floor and floor["status"] == OK else None)
+        for entry, compiled, args in prepared:
+            us, _ = timing.host_us_per_call(compiled, args, calls=pc["calls"], repeats=1,
+                                            warmup=pc["warmup"] if r == 0 else 10)
+            entry.setdefault("us_samples", []).append(us)
+    for entry, _, _ in prepared:
+        if entry.get("us_samples"):
+            entry["us"] = statistics.median(entry["us_samples"])
+        elif entry["status"] == OK:
+            entry.update(status=SKIPPED, message="no time left in this mode's budget")
+    if floors and all(f is not None for f in floors):
+        for entry, _, _ in prepared:
+            entry["floor_us"] = statistics.median(floors)
+
+
+def run_percall(mode, device, cfg, floor_exe, budget, record, to_count):
+    """Every per-call case: prepared one by one, then timed together (time_cases). `record(name,
+    entry)` takes each entry as it is final; the compiled cases go to `to_count`, whose device kernels
+    are counted with the profiler after everything else the worker times (launches stayed slower in
+    a process once the profiler had run in it: 1-4 µs per call in two runs of this suite)."""
+    prepared = []
+    for case in cases.CASES:
+        name = case[0]
+        if budget.left() < MIN_ENTRY_S:
+            record(name, {"status": SKIPPED, "message": "no time left in this mode's budget"})
+            continue
+        try:
+            entry, compiled, args = prepare_case(mode, case, device, cfg)
+        except Exception as e:  # noqa: BLE001
+            entry, compiled = {"status": ERROR, "message": f"{type(e).__name__}: {e}"}, None
+        if compiled is None:
+            record(name, entry)
+            continue
+        prepared.append((name, entry, compiled, args))
+    try:
+        time_cases([p[1:] for p in prepared], cfg, floor_exe, budget)
+    except Exception as e:  # noqa: BLE001
+        for _, entry, _, _ in prepared:
+            entry.update(status=ERROR, message=f"timing: {type(e).__name__}: {e}")
+    for name, entry, compiled, args in prepared:
+        record(name, entry)
+        to_count.append((name, compiled, args))
 
 
 # ---- decode step -----------------------------------------------------------------------------
@@ -398,20 +447,15 @@ def main():
 
     save()
     suites = a.suites.split(",")
-    to_count = []  # per-call cases whose kernels are counted last (run_case)
+    to_count = []  # per-call cases whose kernels are counted last (run_percall)
     with torch.no_grad():
         if "percall" in suites:
-            for case in cases.CASES:
-                if budget.left() < MIN_ENTRY_S:
-                    entry = {"status": SKIPPED, "message": "no time left in this mode's budget"}
-                else:
-                    try:
-                        entry = run_case(a.mode, case, a.device, cfg, a.floor_exe, to_count)
-                    except Exception as e:  # noqa: BLE001
-                        entry = {"status": ERROR, "message": f"{type(e).__name__}: {e}"}
-                result["percall"][case[0]] = entry
-                log(f"percall {case[0]}", entry)
+            def record_case(name, entry):
+                result["percall"][name] = entry
+                log(f"percall {name}", entry)
                 save()
+
+            run_percall(a.mode, a.device, cfg, a.floor_exe, budget, record_case, to_count)
         if "decode" in suites:
             mcfg = models.TINY if a.tiny else models.QUICK if a.quick else models.FULL
             result["decode_config"] = {k: str(v) for k, v in vars(mcfg).items()}

@@ -3,6 +3,7 @@ Triton kernels), two rounds, the best-of-rounds merge, and the compile-latency s
 compiles for sm_90 with a faked driver). Timings here mean nothing; what is
 checked is that every entry runs, is compared with eager, and is merged without hiding a failure."""
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,37 @@ def test_the_hf_step_ab_compiles_both_variants_equal_to_eager_and_times_them():
     assert "mask off        IR: 0 where calls, 2 attention calls" in out, out
     for name in ("as built       ", "mask off       ", "eager          "):
         assert f"\n{name} submit " in out, out
+
+
+def test_the_per_call_suite_runs_the_aten_cases_on_cpu_and_reports_the_triton_ones_as_errors(tmp_path):
+    cmd = [sys.executable, str(BENCH / "run.py"), "--out", str(tmp_path), "--device", "cpu", "--tiny",
+           "--modes", "eager,trident", "--suites", "percall", "--budget-s", "120"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    for mode in ("eager", "trident"):
+        percall = results["modes"][mode]["percall"]
+        for name in ("x_plus_1", "mm_relu"):  # ATen alone: they run on the CPU
+            e = percall[name]
+            assert e["status"] == "ok" and e["check"]["ok"], (mode, name, e)
+            assert e["us"] == statistics.median(e["us_samples"]) and e["us"] > 0, e
+        for name in ("add_one", "three_kernels", "noop"):  # user Triton kernels need a GPU
+            assert percall[name]["status"] == "error" and percall[name]["message"], (mode, name, percall[name])
+
+
+def test_per_call_cases_are_timed_in_turn_round_after_round():
+    """Each round times every prepared case once, in order; a case's time is its median over rounds."""
+    import worker
+    order = []
+
+    def case(name):
+        return lambda: order.append(name)
+
+    prepared = [({"status": "ok"}, case("a"), ()), ({"status": "ok"}, case("b"), ())]
+    cfg = {"percall": {"calls": 2, "repeats": 3, "warmup": 1}}
+    worker.time_cases(prepared, cfg, None, worker.Budget(60))
+    # round 1: a's warm-up and calls, then b's; rounds 2 and 3 warm up with 10 calls
+    assert order == ["a"] * 3 + ["b"] * 3 + (["a"] * 12 + ["b"] * 12) * 2, order
+    for entry, _, _ in prepared:
+        assert len(entry["us_samples"]) == 3 and entry["us"] == statistics.median(entry["us_samples"])
+        assert "floor_us" not in entry  # no native floor off the GPU

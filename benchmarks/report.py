@@ -63,8 +63,8 @@ def percall_table(results):
     widths, align = [14, 24, 11, 7, 7, 8, 9, 13, 8, 7, 0], "llrrrrrlrrl"
     lines = ["Per call, us: host wall time per call, synced every 100 calls; each mode's cases timed in turn, "
              "round after round, median of the rounds", head,
-             "x eager = time / eager time (below 1 is faster); x floor = time / native floor, the floor measured "
-             "in each of the mode's rounds (median; host speed drifts); kernels = device kernels per "
+             "x eager = time / eager time (below 1 is faster); x floor = time / native floor, the median over the "
+             "mode's rounds of each round's time over the floor measured in that round (host speed drifts); kernels = device kernels per "
              "call (profiler); x floor/k = time / (native floor x kernels)", "",
              _row(["case", "mode", "us", "x eager", "x floor", "kernels", "x floor/k", "check", "peak MiB", "first s",
                    "note"], widths, align)]
@@ -75,9 +75,10 @@ def percall_table(results):
             us = _value(e, "us")
             shown = _fmt(us) if us is not None else e.get("status", "missing")
             kernels, floor = e.get("kernels"), e.get("floor_us", floor_us)
-            per_kernel = _ratio(us, floor * kernels) if floor and kernels else None
+            x_floor = e.get("x_floor", _ratio(us, floor) if floor else None)  # worker.time_cases
+            per_kernel = x_floor / kernels if x_floor is not None and kernels else None
             lines.append(_row([name if i == 0 else "", label, shown, _fmt(_ratio(us, eager)),
-                               _fmt(_ratio(us, floor), ".1f"), _fmt(kernels, ".2g"), _fmt(per_kernel),
+                               _fmt(x_floor, ".1f"), _fmt(kernels, ".2g"), _fmt(per_kernel),
                                _check(e), _fmt(e.get("peak_mib"), ".1f"),
                                _fmt(e.get("first_call_s")), _note(e)], widths, align))
         lines.append("")

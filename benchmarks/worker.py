@@ -113,10 +113,12 @@ def prepare_case(mode, case, device, cfg):
 
 def time_cases(prepared, cfg, floor_exe, budget):
     """Host µs per call of the prepared cases, in rounds: each round runs the native floor, then
-    `calls` calls of every case in turn; a case's time is its median over rounds, and its floor the
-    median of the rounds' floors. The host's speed drifts within a minute and a process's first
-    timed case ran slower than the same case timed later (benchmarks/NOTES.md, session 16), so no
-    case is timed all at once, first, or far from its floor."""
+    `calls` calls of every case in turn, round r starting at case r (mod the number of cases); a
+    case's time is its median over rounds, and its "x floor" the median over rounds of its time
+    over that round's floor (floor_us: the median floor). The
+    host's speed drifts within a minute, and the case timed first in a process (or right after the
+    floor) ran slower than the same case timed elsewhere (benchmarks/NOTES.md, session 16), so no
+    case is timed all at once, always in the same place, or far from its floor."""
     pc = cfg["percall"]
     floors = []
     for r in range(pc["repeats"]):
@@ -124,7 +126,8 @@ def time_cases(prepared, cfg, floor_exe, budget):
             break
         floor = timing.run_native_floor(floor_exe, 5000, 5) if floor_exe else None
         floors.append(floor["us"] if floor and floor["status"] == OK else None)
-        for entry, compiled, args in prepared:
+        shift = r % len(prepared) if prepared else 0
+        for entry, compiled, args in prepared[shift:] + prepared[:shift]:
             us, _ = timing.host_us_per_call(compiled, args, calls=pc["calls"], repeats=1,
                                             warmup=pc["warmup"] if r == 0 else 10)
             entry.setdefault("us_samples", []).append(us)
@@ -135,7 +138,11 @@ def time_cases(prepared, cfg, floor_exe, budget):
             entry.update(status=SKIPPED, message="no time left in this mode's budget")
     if floors and all(f is not None for f in floors):
         for entry, _, _ in prepared:
+            samples = entry.get("us_samples", [])
             entry["floor_us"] = statistics.median(floors)
+            entry["floor_samples"] = floors
+            if len(samples) == len(floors):  # every round finished: each time over its own round's floor
+                entry["x_floor"] = statistics.median(us / fl for us, fl in zip(samples, floors))
 
 
 def run_percall(mode, device, cfg, floor_exe, budget, record, to_count):

@@ -83,7 +83,8 @@ def test_the_per_call_suite_runs_the_aten_cases_on_cpu_and_reports_the_triton_on
 
 
 def test_per_call_cases_are_timed_in_turn_round_after_round():
-    """Each round times every prepared case once, in order; a case's time is its median over rounds."""
+    """Each round times every prepared case once, round r starting at case r; a case's time is its
+    median over rounds."""
     import worker
     order = []
 
@@ -93,8 +94,28 @@ def test_per_call_cases_are_timed_in_turn_round_after_round():
     prepared = [({"status": "ok"}, case("a"), ()), ({"status": "ok"}, case("b"), ())]
     cfg = {"percall": {"calls": 2, "repeats": 3, "warmup": 1}}
     worker.time_cases(prepared, cfg, None, worker.Budget(60))
-    # round 1: a's warm-up and calls, then b's; rounds 2 and 3 warm up with 10 calls
-    assert order == ["a"] * 3 + ["b"] * 3 + (["a"] * 12 + ["b"] * 12) * 2, order
+    # round 1: a's warm-up and calls, then b's; round 2 starts at b; rounds 2 and 3 warm up with 10 calls
+    assert order == ["a"] * 3 + ["b"] * 3 + ["b"] * 12 + ["a"] * 12 + ["a"] * 12 + ["b"] * 12, order
     for entry, _, _ in prepared:
         assert len(entry["us_samples"]) == 3 and entry["us"] == statistics.median(entry["us_samples"])
         assert "floor_us" not in entry  # no native floor off the GPU
+
+
+def test_a_cases_floor_ratio_is_the_median_of_its_rounds_ratios(monkeypatch):
+    """With the native floor, a case's "x floor" divides each round's time by that round's floor, and
+    the per-call table shows that ratio (over kernels per call, for x floor/k)."""
+    import report
+    import timing
+    import worker
+    floors, times = iter([2.0, 4.0, 8.0]), iter([8.0, 5.0, 9.0])
+    monkeypatch.setattr(timing, "run_native_floor", lambda exe, launches, repeats: {"status": "ok", "us": next(floors)})
+    monkeypatch.setattr(timing, "host_us_per_call", lambda f, args, **kw: (next(times), []))
+    entry = {"status": "ok", "check": {"ok": True, "rel_err": 0.0}}
+    worker.time_cases([(entry, None, ())], {"percall": {"calls": 1, "repeats": 3, "warmup": 1}}, "floor", worker.Budget(60))
+    assert entry["us_samples"] == [8.0, 5.0, 9.0] and entry["us"] == 8.0
+    assert entry["floor_samples"] == [2.0, 4.0, 8.0] and entry["floor_us"] == 4.0
+    assert entry["x_floor"] == 1.25  # ratios 4, 1.25, 1.125 (the medians' ratio would be 2.0)
+    entry["kernels"] = 2
+    results = {"native_floor": {"status": "ok", "us": 3.0}, "modes": {"trident": {"percall": {"add_one": entry}}}}
+    row = next(line for line in report.percall_table(results) if line.startswith("add_one"))
+    assert row.split()[2:7] == ["8.00", "-", "1.2", "2", "0.62"], row  # us, x eager, x floor, kernels, x floor/k

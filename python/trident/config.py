@@ -18,8 +18,10 @@ from dataclasses import dataclass
 #   native runtime, when a module is loaded.
 # TRIDENT_LINEAR_ND: "1" makes F.linear of a contiguous N-D input without a bias on CUDA multiply it as
 #   it is into a [..., N] result, without ATen's flattening view and _unsafe_view (csrc/runtime/
-#   aten_typed_gemm.h; off by default: less host time, but a slightly longer wall time measured on the
-#   HF Llama); read once, by the native runtime, when its first module is loaded.
+#   aten_typed_gemm.h; off by default: on the HF Llama its kernels took the same device time, but each
+#   step's wall time was 11-18 µs longer, in the gaps between launches, and its host saving did not
+#   repeat in every run: benchmarks/NOTES.md, sessions 15-16); read once, by the native runtime, when
+#   its first module is loaded.
 # TRIDENT_KEPT_BYTES: how many bytes of intermediate buffers one compiled module may keep from one
 #   call to the next (csrc/runtime/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
 #   every allocation site allocates on every call, as eager does: less memory held between and

@@ -111,14 +111,15 @@ def prepare_case(mode, case, device, cfg):
     return entry, compiled, args
 
 
-def time_cases(prepared, cfg, floor_exe, budget):
+def time_cases(prepared, cfg, floor_exe, budget, after_round=lambda: None):
     """Host µs per call of the prepared cases, in rounds: each round runs the native floor, then
     `calls` calls of every case in turn, round r starting at case r (mod the number of cases); a
     case's time is its median over rounds, and its "x floor" the median over rounds of its time
-    over that round's floor (floor_us: the median floor). The
-    host's speed drifts within a minute, and the case timed first in a process (or right after the
-    floor) ran slower than the same case timed elsewhere (benchmarks/NOTES.md, session 16), so no
-    case is timed all at once, always in the same place, or far from its floor."""
+    over that round's floor (floor_us: the median floor). The host's speed drifts within a minute,
+    and in two runs the case a worker timed first was slower than the same case timed elsewhere
+    (benchmarks/NOTES.md, session 16), so no case is timed all at once, always in the same place,
+    or far from its floor. The entries hold the rounds so far after each round (after_round then
+    saves them: a worker stopped at its cap keeps what it timed)."""
     pc = cfg["percall"]
     floors = []
     for r in range(pc["repeats"]):
@@ -131,18 +132,17 @@ def time_cases(prepared, cfg, floor_exe, budget):
             us, _ = timing.host_us_per_call(compiled, args, calls=pc["calls"], repeats=1,
                                             warmup=pc["warmup"] if r == 0 else 10)
             entry.setdefault("us_samples", []).append(us)
-    for entry, _, _ in prepared:
-        if entry.get("us_samples"):
-            entry["us"] = statistics.median(entry["us_samples"])
-        elif entry["status"] == OK:
-            entry.update(status=SKIPPED, message="no time left in this mode's budget")
-    if floors and all(f is not None for f in floors):
         for entry, _, _ in prepared:
-            samples = entry.get("us_samples", [])
-            entry["floor_us"] = statistics.median(floors)
-            entry["floor_samples"] = floors
-            if len(samples) == len(floors):  # every round finished: each time over its own round's floor
+            samples = entry["us_samples"]
+            entry["us"] = statistics.median(samples)
+            if all(f is not None for f in floors):
+                entry["floor_us"] = statistics.median(floors)
+                entry["floor_samples"] = list(floors)
                 entry["x_floor"] = statistics.median(us / fl for us, fl in zip(samples, floors))
+        after_round()
+    for entry, _, _ in prepared:
+        if not entry.get("us_samples") and entry["status"] == OK:
+            entry.update(status=SKIPPED, message="no time left in this mode's budget")
 
 
 def run_percall(mode, device, cfg, floor_exe, budget, record, to_count):
@@ -151,6 +151,11 @@ def run_percall(mode, device, cfg, floor_exe, budget, record, to_count):
     are counted with the profiler after everything else the worker times (launches stayed slower in
     a process once the profiler had run in it: 1-4 µs per call in two runs of this suite)."""
     prepared = []
+
+    def record_all():
+        for name, entry, _, _ in prepared:
+            record(name, entry)
+
     for case in cases.CASES:
         name = case[0]
         if budget.left() < MIN_ENTRY_S:
@@ -165,13 +170,12 @@ def run_percall(mode, device, cfg, floor_exe, budget, record, to_count):
             continue
         prepared.append((name, entry, compiled, args))
     try:
-        time_cases([p[1:] for p in prepared], cfg, floor_exe, budget)
+        time_cases([p[1:] for p in prepared], cfg, floor_exe, budget, record_all)
     except Exception as e:  # noqa: BLE001
         for _, entry, _, _ in prepared:
             entry.update(status=ERROR, message=f"timing: {type(e).__name__}: {e}")
-    for name, entry, compiled, args in prepared:
-        record(name, entry)
-        to_count.append((name, compiled, args))
+    record_all()
+    to_count.extend((name, compiled, args) for name, _, compiled, args in prepared)
 
 
 # ---- decode step -----------------------------------------------------------------------------

@@ -119,3 +119,14 @@ def test_a_cases_floor_ratio_is_the_median_of_its_rounds_ratios(monkeypatch):
     results = {"native_floor": {"status": "ok", "us": 3.0}, "modes": {"trident": {"percall": {"add_one": entry}}}}
     row = next(line for line in report.percall_table(results) if line.startswith("add_one"))
     assert row.split()[2:7] == ["8.00", "-", "1.2", "2", "0.62"], row  # us, x eager, x floor, kernels, x floor/k
+
+
+def test_the_output_cost_diagnostic_times_its_three_loops_on_cpu():
+    """benchmarks/output_cost.py builds its C++ loops and times each (no native floor off the GPU)."""
+    cmd = [sys.executable, str(BENCH / "output_cost.py"), "--device", "cpu", "--rounds", "1", "--calls", "1000"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=BENCH)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {line[:18].strip(): line[18:].split() for line in proc.stdout.splitlines()[-3:]}
+    assert list(rows) == ["allocate + free", "+ TensorImpl", "+ Python object"], proc.stdout
+    assert all(float(cols[0]) > 0 for cols in rows.values()), proc.stdout
+    assert "native floor" not in proc.stdout

@@ -16,8 +16,9 @@ void linear(const AtenSite& s, trd_frame& f, const int64_t* dyn);
 
 // Whether linear sites of modules loaded from now on multiply a contiguous N-D input without views
 // (AtenSite::linear_nd). Off unless TRIDENT_LINEAR_ND=1 or switched on here: on the HF Llama's step
-// it saves ~40 µs of host submit but its wall time measured 15-18 µs longer (benchmarks/NOTES.md,
-// session 15), not yet explained. Returns the previous setting.
+// its kernels take the same device time, but the wall time measured 11-18 µs longer, in the gaps
+// between launches, and its host saving (~40 µs in session 15) did not repeat in session 16
+// (benchmarks/NOTES.md). Returns the previous setting.
 bool set_linear_nd_for_new_modules(bool on);
 bool linear_nd_for_new_modules();
 

@@ -7,7 +7,8 @@ a third within a minute: two cases' figures from one run can differ by drift alo
 times the native floor and then every case under every mode, `cycles` times, in one process; a
 case's figure is the median over cycles of its time over the floor of the same cycle. Two cases of
 its own separate a launch from the allocation before it: `add_one_into` and `noop_into` write into
-an output they are given. Each cycle also times two Triton-ABI floors (native_floor.cu): `triton`,
+an output they are given; two launch nothing: `identity` returns its argument (the cost of entering
+and leaving a call) and `empty_like` returns a new tensor (that and a returned tensor's cost). Each cycle also times two Triton-ABI floors (native_floor.cu): `triton`,
 cuLaunchKernelEx of an empty kernel with add_one's parameters as Triton's launcher and trident issue
 it, and `params`, the same launch through cuLaunchKernel; they separate what a Triton launch costs
 the driver from the host work around it. A diagnostic for where per-call time goes, not part of the
@@ -36,11 +37,21 @@ def noop_into(x, out):
     return out
 
 
+def identity(x):
+    return x
+
+
+def empty_like(x):
+    return torch.empty_like(x)
+
+
 def all_cases(device):
-    """(name, fn, args) of the suite's cases and the two without an allocation."""
+    """(name, fn, args) of the suite's cases, the two without an allocation, and two without a launch:
+    `identity` (entering and leaving a compiled call) and `empty_like` (that and a returned tensor)."""
     rows = [(name, fn, make_args(device)) for name, _, fn, make_args, _, _ in cases.CASES]
     x = torch.randn(4096, device=device)
-    rows += [("add_one_into", add_one_into, (x, torch.empty_like(x))), ("noop_into", noop_into, (x, torch.empty_like(x)))]
+    rows += [("add_one_into", add_one_into, (x, torch.empty_like(x))), ("noop_into", noop_into, (x, torch.empty_like(x))),
+             ("identity", identity, (x,)), ("empty_like", empty_like, (x,))]
     return rows
 
 

@@ -19,7 +19,8 @@
 //   - the site asking has never handed out a buffer that escaped: after every run the pool drops,
 //     for good, any tensor still held once the frame is gone (it was returned, or a returned view
 //     aliases it), and the site that handed it out last allocates normally from then on, so
-//     outputs are never recycled;
+//     outputs are never recycled; unless the function was compiled with reuse_outputs=True (see
+//     below);
 //   - no Python dispatch mode (TorchDispatchMode) sees the run: a mode's Python code may keep any
 //     tensor the run makes (AOTAutograd runs a backend graph's first call under one that analyses
 //     custom ops), which would mark every allocation site escaped for good; such a run takes and
@@ -27,6 +28,18 @@
 //   - the tensor is at most kMaxBytes, and the pool stays within budget() bytes: TRIDENT_KEPT_BYTES,
 //     read once (default kDefaultBudget; python/trident/config.py validates it at import). With 0
 //     the pool keeps nothing and every allocation site allocates on every call, as eager does.
+// With reuse_outputs=True (trident.compile's option, off by default), a buffer that went out with
+// the call's result is not dropped: the pool keeps its memory only, as a new TensorImpl over the same
+// storage that no one else has seen (so nothing the caller does to the returned tensor object, such
+// as requires_grad_() or resize_(), carries over), and hands it out again once the caller has
+// dropped every tensor over that storage (storage use count 1), on the stream of its last use, while
+// the storage still has the bytes and address it was kept with: what the caching allocator would
+// have done on free and allocate, minus its cost. A site keeps the memory of its last two results
+// (hint and spare), so `out = fn(x)` in a loop, where the previous result is alive while the next
+// call runs, alternates between two buffers as eager's allocations would. The contract the caller
+// accepts: the caching allocator's record_stream does not reach this memory (it is never freed to
+// the allocator while kept), so a returned tensor used on another stream must be kept alive, not
+// dropped, until that stream's work on it is done.
 // Each site remembers the entry it took last (its hint) and tries it first, so a call that repeats
 // the last one finds every buffer at its hint; a site scans the pool only when its hint fails. An
 // entry no site points at any more is dropped. Runs of one module are serialized by the GIL (the
@@ -55,6 +68,7 @@ class ReusePool {
   struct Site {
     int32_t kind = -1;     // sites of one kind make the same result from the same key (set at load)
     int32_t hint = -1;     // the entry it took or filled last
+    int32_t spare = -1;    // recycle_outputs: the entry of its result before last, tried after hint
     bool escaped = false;  // a buffer it handed out was still held after a run: it never reuses again
   };
 
@@ -63,11 +77,13 @@ class ReusePool {
   // Keep a fresh allocation the site made after take() found nothing: in the site's own entry when
   // no other site points at it and it is not in use, else in a new entry, budget permitting.
   void keep(Site& site, const at::Tensor& t, Key key);
-  // After a run whose frame is gone: drop every tensor still held elsewhere, marking its site.
-  void check_escapes();
+  // After a run whose frame is gone: drop every tensor still held elsewhere, marking its site; or,
+  // with recycle_outputs, keep its memory to serve once the caller lets go of it.
+  void check_escapes(bool recycle_outputs);
 
   int64_t buffers() const;  // tensors kept now
   int64_t bytes() const { return bytes_; }
+  int64_t recycled() const { return recycled_; }  // requests served by memory a returned tensor had
 
  private:
   struct Entry {
@@ -78,15 +94,19 @@ class ReusePool {
     int64_t bytes = 0;
     int32_t pointing = 0;               // sites whose hint is this entry
     Site* last = nullptr;               // the site that handed it out last
+    const void* data = nullptr;         // the storage's address when kept (checked once handed out)
+    bool handed_out = false;            // its storage went out with a call's result (recycle_outputs)
   };
   bool serves(const Entry& e, int32_t kind, const Key& key) const;
   void point(Site& site, int32_t entry);
+  void unpoint(int32_t entry);
   void empty(Entry& e);
   int32_t new_entry();
 
   std::vector<Entry> entries_;
   std::vector<int32_t> vacant_;  // entries no site points at, for new_entry()
   int64_t bytes_ = 0;
+  int64_t recycled_ = 0;
 };
 
 // The stream ATen work on `device` is queued on now; nullopt for devices without streams (CPU).

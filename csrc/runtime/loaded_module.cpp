@@ -47,13 +47,14 @@ bool LoadedModule::run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64
   return m_->run[spec](runtime_table(), &f, leaves, out_ints) == 0;
 }
 
-void LoadedModule::finish_run() const { reuse_pool_.check_escapes(); }
+void LoadedModule::finish_run(bool recycle_outputs) const { reuse_pool_.check_escapes(recycle_outputs); }
 
 LoadedModule::ReuseStats LoadedModule::reuse_stats() const {
   ReuseStats r;
   for (const auto& site : sites_) r.escaped += site.reuse.escaped;
   r.holding = reuse_pool_.buffers();
   r.bytes = reuse_pool_.bytes();
+  r.recycled = reuse_pool_.recycled();
   return r;
 }
 

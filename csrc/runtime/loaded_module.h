@@ -40,12 +40,13 @@ class LoadedModule {
   // Runs the host program of `spec`. Returns false with f.error set when an op or launch failed.
   bool run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const;
   // After a run whose frame is gone: kept buffers still held elsewhere (an output, or a view of one)
-  // leave the pool, and the sites that handed them out stop reusing (buffer_reuse.h).
-  void finish_run() const;
+  // leave the pool, and the sites that handed them out stop reusing; with recycle_outputs the pool
+  // keeps their memory for when the caller lets go of it (buffer_reuse.h).
+  void finish_run(bool recycle_outputs) const;
 
   ReusePool& reuse_pool() const { return reuse_pool_; }
   struct ReuseStats {
-    int64_t holding = 0, escaped = 0, bytes = 0;
+    int64_t holding = 0, escaped = 0, bytes = 0, recycled = 0;
   };
   ReuseStats reuse_stats() const;
   // GEMM sites running through cuBLASLt (checked against at::mm), and sites that handed back to ATen.

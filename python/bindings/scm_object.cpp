@@ -48,6 +48,7 @@ struct ScmState {
   uint64_t state_epoch = 0;
   PyObject* on_miss = nullptr;         // new ref
   PyObject* on_state_change = nullptr; // new ref, may be None
+  bool reuse_outputs = false;          // trident.compile(reuse_outputs=): recycle returned buffers
   uint64_t hits = 0, misses = 0, compiles = 0, fallbacks = 0, cache_loads = 0;
   double compile_seconds = 0.0;
 };
@@ -128,7 +129,7 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   else
     out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), st->state.data(), out_ints.data());
   for (auto& t : slots) t.reset();  // the frame is gone: what is still held now has escaped
-  mod.finish_run();
+  mod.finish_run(st->reuse_outputs);
   return out;
 }
 
@@ -246,13 +247,14 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   runtime::LoadedModule::GemmStats gemm;
   runtime::LoadedModule::ReplayStats replay;
   if (st->loaded) reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats(), replay = st->loaded->replay_stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
                        "misses", (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
                        "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
                        (unsigned long long)st->fallbacks, "module_cache_loads",
                        (unsigned long long)st->cache_loads, "compile_seconds", st->compile_seconds,
                        "reused_buffers", (long long)reuse.holding, "escaped_buffers", (long long)reuse.escaped,
-                       "reused_bytes", (long long)reuse.bytes, "cublaslt_gemms", (long long)gemm.native,
+                       "reused_bytes", (long long)reuse.bytes, "recycled_outputs", (long long)reuse.recycled,
+                       "cublaslt_gemms", (long long)gemm.native,
                        "cublaslt_declined", (long long)gemm.declined, "cublaslt_replayed",
                        (long long)gemm.replayed, "aten_replay_sites", (long long)replay.sites, "aten_replayed",
                        (long long)replay.replaying);
@@ -338,10 +340,12 @@ PyGetSetDef scm_getset[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyObject* scm_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
-  static const char* kwlist[] = {"on_miss", "on_state_change", nullptr};
+  static const char* kwlist[] = {"on_miss", "on_state_change", "reuse_outputs", nullptr};
   PyObject* on_miss = nullptr;
   PyObject* on_state_change = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O", const_cast<char**>(kwlist), &on_miss, &on_state_change))
+  int reuse_outputs = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Op", const_cast<char**>(kwlist), &on_miss, &on_state_change,
+                                   &reuse_outputs))
     return nullptr;
   if (!PyCallable_Check(on_miss)) {
     PyErr_SetString(PyExc_TypeError, "SCM: on_miss must be callable");
@@ -355,6 +359,7 @@ PyObject* scm_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   Py_INCREF(on_state_change);
   self->st->on_miss = on_miss;
   self->st->on_state_change = on_state_change;
+  self->st->reuse_outputs = reuse_outputs != 0;
   return reinterpret_cast<PyObject*>(self);
 }
 

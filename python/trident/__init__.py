@@ -27,20 +27,21 @@ _state.install_hooks()
 
 
 def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "compile",
-            dynamic: bool | None = None):
+            dynamic: bool | None = None, reuse_outputs: bool = False):
     """Compile `fn` (a function or nn.Module) into a native callable.
 
     The result is called exactly like `fn`. Each new argument signature (structure, dtypes, devices,
     shapes, strides, Python scalar values, grad mode) is captured once with torch.export and added to
     the function's Specialization Cache Module; every later matching call runs in native code.
-    Sizes and ints that vary become symbolic (see trident.Options for `dynamic`, `on_miss` and
-    `max_specializations`). Usable as a decorator, with or without arguments."""
-    kw = {"on_miss": on_miss, "dynamic": dynamic}
+    Sizes and ints that vary become symbolic (see trident.Options for `dynamic`, `on_miss`,
+    `max_specializations` and `reuse_outputs`). Usable as a decorator, with or without arguments."""
+    kw = {"on_miss": on_miss, "dynamic": dynamic, "reuse_outputs": reuse_outputs}
     if max_specializations is not None:
         kw["max_specializations"] = max_specializations
     options = Options(**kw)
     if fn is None:
-        return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss, dynamic=dynamic)
+        return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss, dynamic=dynamic,
+                                 reuse_outputs=reuse_outputs)
     if not callable(fn):
         raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
     return CompiledFunction(fn, options).detach()
@@ -59,7 +60,8 @@ def counters(compiled) -> dict:
     module_cache_loads (modules reused from the disk cache), compile_seconds (float), and the
     buffers the module keeps for its allocation sites (shared by sites whose results are not alive at
     once): reused_buffers (buffers kept now), escaped_buffers (sites that stopped reusing because a
-    result kept their buffer), reused_bytes;
+    result kept their buffer), reused_bytes, recycled_outputs (requests served by the memory of a
+    result the caller has dropped: reuse_outputs=True only);
     and the fp16/bf16 CUDA GEMM sites (mm, linear) that call cuBLASLt directly: cublaslt_gemms (after
     their first result matched at::mm bit for bit), cublaslt_declined (sites that went back to ATen),
     cublaslt_replayed (sites issuing their recorded cuBLASLt launches without cuBLASLt: same pointers as

@@ -256,7 +256,7 @@ class CompiledFunction:
         self._layout = None  # _module_layout at the captures (None: no module, or none yet)
         # (structure, overlapping leaf pairs) -> why such calls run eagerly (aliasing.py)
         self._overlap_eager: dict[tuple, str] = {}
-        scm = _C.SCM(self._on_miss, self._on_state_change)
+        scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs)
         self._scm = weakref.ref(scm)
         self._held = scm  # until detach()
 

@@ -44,16 +44,26 @@ class Options:
     dynamic: None (automatic: a tensor size or Python int seen with two values becomes symbolic, as
         torch.compile's automatic dynamic does), True (symbolic from the first call wherever the trace
         allows), False (every size and int is a guard: one specialization per signature).
+    reuse_outputs: False (default: every call returns tensors in fresh memory from the caching
+        allocator, as eager does), or True: the memory of a returned tensor (up to 16 MiB) stays with
+        the function and a later call returns it again once the caller holds no tensor over it, on
+        the stream it was last used on; one caching-allocator round trip fewer per returned tensor
+        (benchmarks/NOTES.md, session 17). The contract: record_stream does not reach that memory, so
+        a returned tensor used on another stream must stay referenced until that stream is done with
+        it (csrc/runtime/buffer_reuse.h).
     """
     max_specializations: int = int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64"))
     on_miss: str = "compile"
     dynamic: bool | None = None
+    reuse_outputs: bool = False
 
     def __post_init__(self):
         if self.on_miss not in ON_MISS_POLICIES:
             raise ValueError(f"on_miss must be one of {ON_MISS_POLICIES}, got {self.on_miss!r}")
         if self.dynamic not in (None, True, False):
             raise ValueError(f"dynamic must be None, True or False, got {self.dynamic!r}")
+        if type(self.reuse_outputs) is not bool:
+            raise ValueError(f"reuse_outputs must be True or False, got {self.reuse_outputs!r}")
         if type(self.max_specializations) is not int or self.max_specializations < 1:  # not a bool
             raise ValueError(f"max_specializations must be a positive int, got {self.max_specializations!r}")
 

@@ -12,6 +12,7 @@ import torch.utils._pytree as pytree
 MODES = [
     ("eager", "eager", 3),
     ("trident", "trident", 3),
+    ("trident_reuse", "trident reuse_outputs", 3),
     ("trident_backend", "compile(backend=trident)", 2),
     ("compile", "torch.compile", 4),
     ("reduce_overhead", "reduce-overhead", 4),
@@ -29,10 +30,11 @@ def build(mode, fn):
     """The callable for `mode` (fn itself for eager). May raise; the caller classifies the error."""
     if mode == "eager":
         return fn
-    if mode in ("trident", "trident_backend"):
+    if mode in ("trident", "trident_reuse", "trident_backend"):
         import trident  # noqa: F401  (registers the backend, where it exists)
-        if mode == "trident":
-            return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS)
+        if mode != "trident_backend":
+            return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS,
+                                   reuse_outputs=mode == "trident_reuse")
         return torch.compile(fn, backend="trident")
     if mode == "compile":
         return torch.compile(fn)
@@ -63,7 +65,7 @@ def classify(mode, exc):
     msg = f"{type(exc).__name__}: {exc}".strip()
     if mode == "trident_backend":
         return UNSUPPORTED, msg          # a missing or failing backend is reported as unsupported
-    if mode == "trident":
+    if mode in ("trident", "trident_reuse"):
         try:
             import trident
             if isinstance(exc, trident.UnsupportedError):
@@ -114,7 +116,7 @@ def trident_counters(mode, compiled):
     """trident.counters(compiled); for trident_backend, the integer counters summed over the graphs
     the backend compiled since reset(), with their number as "graphs"."""
     try:
-        if mode == "trident":
+        if mode in ("trident", "trident_reuse"):
             import trident
             return dict(trident.counters(compiled))
         if mode == "trident_backend":

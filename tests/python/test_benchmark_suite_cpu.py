@@ -68,11 +68,11 @@ def test_the_hf_step_ab_compiles_both_variants_equal_to_eager_and_times_them():
 
 def test_the_per_call_suite_runs_the_aten_cases_on_cpu_and_reports_the_triton_ones_as_errors(tmp_path):
     cmd = [sys.executable, str(BENCH / "run.py"), "--out", str(tmp_path), "--device", "cpu", "--tiny",
-           "--modes", "eager,trident", "--suites", "percall", "--budget-s", "120"]
+           "--modes", "eager,trident,trident_reuse", "--suites", "percall", "--budget-s", "150"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
-    for mode in ("eager", "trident"):
+    for mode in ("eager", "trident", "trident_reuse"):
         percall = results["modes"][mode]["percall"]
         for name in ("x_plus_1", "mm_relu"):  # ATen alone: they run on the CPU
             e = percall[name]

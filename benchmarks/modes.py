@@ -21,6 +21,9 @@ MODES = [
 LABELS = {name: label for name, label, _ in MODES}
 WEIGHTS = {name: weight for name, _, weight in MODES}
 
+# Modes built with trident.compile (the other trident mode is the torch.compile backend).
+TRIDENT_COMPILE_MODES = ("trident", "trident_reuse")
+
 OK, FAILED, UNSUPPORTED, ERROR, TIMEOUT, SKIPPED = "ok", "FAILED", "unsupported", "error", "timeout", "skipped"
 
 TRIDENT_MAX_SPECIALIZATIONS = 256  # above the 65 distinct `pos` values of one decode run
@@ -30,11 +33,12 @@ def build(mode, fn):
     """The callable for `mode` (fn itself for eager). May raise; the caller classifies the error."""
     if mode == "eager":
         return fn
-    if mode in ("trident", "trident_reuse", "trident_backend"):
+    if mode in TRIDENT_COMPILE_MODES:
+        import trident
+        return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS,
+                               reuse_outputs=mode == "trident_reuse")
+    if mode == "trident_backend":
         import trident  # noqa: F401  (registers the backend, where it exists)
-        if mode != "trident_backend":
-            return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS,
-                                   reuse_outputs=mode == "trident_reuse")
         return torch.compile(fn, backend="trident")
     if mode == "compile":
         return torch.compile(fn)
@@ -65,7 +69,7 @@ def classify(mode, exc):
     msg = f"{type(exc).__name__}: {exc}".strip()
     if mode == "trident_backend":
         return UNSUPPORTED, msg          # a missing or failing backend is reported as unsupported
-    if mode in ("trident", "trident_reuse"):
+    if mode in TRIDENT_COMPILE_MODES:
         try:
             import trident
             if isinstance(exc, trident.UnsupportedError):
@@ -116,7 +120,7 @@ def trident_counters(mode, compiled):
     """trident.counters(compiled); for trident_backend, the integer counters summed over the graphs
     the backend compiled since reset(), with their number as "graphs"."""
     try:
-        if mode in ("trident", "trident_reuse"):
+        if mode in TRIDENT_COMPILE_MODES:
             import trident
             return dict(trident.counters(compiled))
         if mode == "trident_backend":

@@ -8,11 +8,11 @@ times the native floor and then every case under every mode, `cycles` times, in 
 case's figure is the median over cycles of its time over the floor of the same cycle. Two cases of
 its own separate a launch from the allocation before it: `add_one_into` and `noop_into` write into
 an output they are given; two launch nothing: `identity` returns its argument (the cost of entering
-and leaving a call) and `empty_like` returns a new tensor (that and a returned tensor's cost). Each cycle also times two Triton-ABI floors (native_floor.cu): `triton`,
-cuLaunchKernelEx of an empty kernel with add_one's parameters as Triton's launcher and trident issue
-it, and `params`, the same launch through cuLaunchKernel; they separate what a Triton launch costs
-the driver from the host work around it. A diagnostic for where per-call time goes, not part of the
-suite.
+and leaving a call) and `empty_like` returns a new tensor (that and a returned tensor's cost). Each
+cycle also times two Triton-ABI floors (native_floor.cu): `triton`, cuLaunchKernelEx of an empty
+kernel with add_one's parameters as Triton's launcher and trident issue it, and `params`, the same
+launch through cuLaunchKernel; they separate what a Triton launch costs the driver from the host
+work around it. A diagnostic for where per-call time goes, not part of the suite.
 """
 import argparse
 import statistics

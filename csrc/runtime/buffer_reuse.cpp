@@ -10,6 +10,8 @@ namespace {
 
 bool held_elsewhere(const at::Tensor& t) { return t.use_count() != 1 || t.storage().use_count() != 1; }
 
+ReusePool::ObjectCheck g_object_check = nullptr;
+
 // A new TensorImpl over t's storage with t's metadata, no autograd history and no Python object.
 at::Tensor detached(const at::Tensor& t) {
   return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(c10::VariableVersion(0),
@@ -17,6 +19,8 @@ at::Tensor detached(const at::Tensor& t) {
 }
 
 }  // namespace
+
+void ReusePool::set_object_check(ObjectCheck check) { g_object_check = check; }
 
 int64_t ReusePool::budget() {
   static const int64_t bytes = [] {
@@ -34,28 +38,86 @@ std::optional<c10::Stream> current_stream(c10::Device device) {
   return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
 }
 
-bool ReusePool::serves(const Entry& e, int32_t kind, const Key& key) const {
+ReusePool::Serve ReusePool::serves(const Entry& e, int32_t kind, const Key& key) const {
   // An inference tensor (made under torch.inference_mode) cannot be written outside it, and a run
   // under it makes inference tensors: a buffer serves runs of the mode it was made in.
-  // Memory that went out with a result serves only as it was kept: the caller may have resized the
-  // storage (resize_ moves it to a larger allocation; untyped_storage().resize_(0) frees it).
-  return e.t.defined() && e.kind == kind && e.key == key && !held_elsewhere(e.t) &&
-         current_stream(e.t.device()) == e.stream && e.t.is_inference() == c10::InferenceMode::is_enabled() &&
-         (!e.handed_out || (e.t.storage().nbytes() == static_cast<size_t>(e.bytes) && e.t.storage().data() == e.data));
+  if (!e.t.defined() || e.kind != kind || e.key != key || current_stream(e.t.device()) != e.stream ||
+      e.t.is_inference() != c10::InferenceMode::is_enabled())
+    return Serve::kNo;
+  return availability(e);
+}
+
+// Whether no one but the pool may see e's tensor be written, and whether the tensor may go out as
+// it is. A result the caller has dropped is held by the pool and by its own Python object, which
+// only that TensorImpl holds (PyObject preservation); set_object_check's function judges the object.
+ReusePool::Serve ReusePool::availability(const Entry& e) const {
+  if (e.t.storage().use_count() != 1) return Serve::kNo;
+  const auto holders = e.t.use_count();
+  if (!e.handed_out) return holders == 1 ? Serve::kAsIs : Serve::kNo;
+  if (!as_kept(e)) return Serve::kNo;  // check_escapes drops it once the caller lets go
+  if (holders == 1) return Serve::kAsIs;  // no Python object: a new TensorImpl, or views went out
+  if (holders != 2 || g_object_check == nullptr) return Serve::kNo;
+  const c10::TensorImpl& impl = *e.t.unsafeGetTensorImpl();
+  switch (g_object_check(impl)) {
+    case ResultObject::kAsMade: return impl.autograd_meta() == nullptr ? Serve::kAsIs : Serve::kNewImpl;
+    case ResultObject::kChanged: return Serve::kNewImpl;
+    default: return Serve::kNo;  // the caller has the object, or a second C++ holder has the tensor
+  }
+}
+
+// Whether e's tensor is still as keep() made it, in everything a caller holding it could change:
+// resize_ and set_ move the storage or its size (untyped_storage().resize_(0) frees it), t_(),
+// as_strided_() and squeeze_() change the layout, _set_conj, _set_neg and names the dispatch keys.
+bool ReusePool::as_kept(const Entry& e) const {
+  const at::Tensor& t = e.t;
+  if (t.storage().nbytes() != static_cast<size_t>(e.bytes) || t.storage().data() != e.data ||
+      t.key_set() != e.keys || t.dtype() != e.dtype)
+    return false;
+  const int64_t dim = t.dim();
+  if (e.layout.size() != static_cast<size_t>(2 * dim + 1) || t.storage_offset() != e.layout[2 * dim]) return false;
+  for (int64_t d = 0; d < dim; ++d)
+    if (t.sizes()[d] != e.layout[d] || t.strides()[d] != e.layout[dim + d]) return false;
+  return true;
+}
+
+// Whether the caller holds nothing over e's tensor any more: its storage only through that tensor,
+// the tensor at most through its own Python object, which nothing else holds.
+bool ReusePool::free_of_caller(const Entry& e) const {
+  if (e.t.storage().use_count() != 1) return false;
+  const auto holders = e.t.use_count();
+  if (holders == 1) return true;
+  if (holders != 2 || g_object_check == nullptr) return false;
+  const ResultObject object = g_object_check(*e.t.unsafeGetTensorImpl());
+  return object == ResultObject::kAsMade || object == ResultObject::kChanged;
+}
+
+void ReusePool::snapshot(Entry& e) {
+  const at::Tensor& t = e.t;
+  e.layout.assign(t.sizes().begin(), t.sizes().end());
+  e.layout.append(t.strides().begin(), t.strides().end());
+  e.layout.push_back(t.storage_offset());
+  e.keys = t.key_set();
+  e.dtype = t.dtype();
 }
 
 at::Tensor* ReusePool::take(Site& site, const Key& key) {
   if (site.escaped) return nullptr;
-  int32_t found = site.hint >= 0 && serves(entries_[site.hint], site.kind, key) ? site.hint : -1;
-  if (found < 0 && site.spare >= 0 && serves(entries_[site.spare], site.kind, key)) {
+  Serve how = Serve::kNo;
+  int32_t found = -1;
+  if (site.hint >= 0 && (how = serves(entries_[site.hint], site.kind, key)) != Serve::kNo) found = site.hint;
+  if (found < 0 && site.spare >= 0 && (how = serves(entries_[site.spare], site.kind, key)) != Serve::kNo) {
     std::swap(site.hint, site.spare);  // the result over the old hint is still alive: it waits as spare
     found = site.hint;
   }
   for (int32_t i = 0; found < 0 && i < static_cast<int32_t>(entries_.size()); ++i)
-    if (serves(entries_[i], site.kind, key)) found = i;
+    if ((how = serves(entries_[i], site.kind, key)) != Serve::kNo) found = i;
   if (found < 0) return nullptr;
   point(site, found);
   Entry& e = entries_[found];
+  if (how == Serve::kNewImpl) {  // the caller changed the object: its memory goes out under a new one
+    retired_.push_back(e.t);
+    e.t = detached(e.t);
+  }
   e.last = &site;
   recycled_ += e.handed_out;
   e.handed_out = false;  // check_escapes marks it again if it goes out again
@@ -70,8 +132,11 @@ void ReusePool::keep(Site& site, const at::Tensor& t, Key key) {
   // Refill the site's own entry (a changed size replaces the old buffer); an entry other sites
   // point at, or one in use now, stays as it is and the site moves to a new one.
   const bool own = i >= 0 && entries_[i].pointing == 1 &&
-                   !(entries_[i].t.defined() && held_elsewhere(entries_[i].t));
-  if (own) empty(entries_[i]);
+                   !(entries_[i].t.defined() && !free_of_caller(entries_[i]));
+  if (own) {
+    if (entries_[i].t.defined()) retired_.push_back(entries_[i].t);  // its Python object goes after the run
+    empty(entries_[i]);
+  }
   if (bytes_ + bytes > budget()) return;
   if (!own) {
     i = new_entry();
@@ -94,14 +159,25 @@ void ReusePool::keep(Site& site, const at::Tensor& t, Key key) {
   e.last = &site;
   e.data = t.storage().data();
   e.handed_out = false;
+  snapshot(e);
   bytes_ += bytes;
 }
 
 void ReusePool::check_escapes(bool recycle_outputs) {
+  retired_.clear();
   for (Entry& e : entries_) {
-    if (!e.t.defined() || !held_elsewhere(e.t)) continue;
+    if (!e.t.defined()) continue;
+    if (e.handed_out) {  // out with an earlier result: dropped once the caller lets go of it reshaped
+      if (!as_kept(e) && free_of_caller(e)) empty(e);
+      continue;
+    }
+    if (!held_elsewhere(e.t)) continue;
     if (recycle_outputs) {
-      if (e.t.use_count() != 1) e.t = detached(e.t);  // the caller has this TensorImpl; keep the memory
+      // A result with autograd history would keep its graph alive in the pool: keep the memory only.
+      if (e.t.use_count() != 1 && e.t.unsafeGetTensorImpl()->autograd_meta() != nullptr) {
+        e.t = detached(e.t);
+        snapshot(e);
+      }
       e.handed_out = true;
       continue;
     }

@@ -29,17 +29,25 @@
 //     read once (default kDefaultBudget; python/trident/config.py validates it at import). With 0
 //     the pool keeps nothing and every allocation site allocates on every call, as eager does.
 // With reuse_outputs=True (trident.compile's option, off by default), a buffer that went out with
-// the call's result is not dropped: the pool keeps its memory only, as a new TensorImpl over the same
-// storage that no one else has seen (so nothing the caller does to the returned tensor object, such
-// as requires_grad_() or resize_(), carries over), and hands it out again once the caller has
-// dropped every tensor over that storage (storage use count 1), on the stream of its last use, while
-// the storage still has the bytes and address it was kept with: what the caching allocator would
-// have done on free and allocate, minus its cost. A site keeps the memory of its last two results
-// (hint and spare), so `out = fn(x)` in a loop, where the previous result is alive while the next
-// call runs, alternates between two buffers as eager's allocations would. The contract the caller
-// accepts: the caching allocator's record_stream does not reach this memory (it is never freed to
-// the allocator while kept), so a returned tensor used on another stream must be kept alive, not
-// dropped, until that stream's work on it is done.
+// the call's result is not dropped: the pool keeps the returned TensorImpl, and hands it out again
+// once the caller has dropped every tensor over its storage, on the stream of its last use. With
+// PyTorch's PyObject preservation the dropped Python object lives on, held by the TensorImpl the pool
+// holds, and the next call returns that same object: no TensorImpl, no Python object and no memory
+// is allocated or freed, where the caching allocator would have done all three. A kept result
+// serves only as the call made it: its sizes, strides, offset, dtype, dispatch keys (conj, neg,
+// names) and storage (bytes, address) unchanged, else it is dropped after the run; and if the caller
+// gave its object attributes, weak references, another class or autograd state (requires_grad_,
+// grad), the memory serves under a new TensorImpl with no Python object (the old object is released
+// after the run), so nothing the caller did to a result carries over to a later one. Which objects
+// are as made is decided by the extension (set_object_check: python/bindings/result_objects.cpp),
+// as the runtime does not link Python. A result with autograd history keeps only its memory, under a
+// new TensorImpl, from the start. A site keeps the memory of its last two results (hint and spare),
+// so `out = fn(x)` in a loop, where the previous result is alive while the next call runs,
+// alternates between two buffers as eager's allocations would. The contract the caller accepts: the
+// caching allocator's record_stream does not reach this memory (it is never freed to the allocator
+// while kept), so a returned tensor used on another stream must be kept alive, not dropped, until
+// that stream's work on it is done; and a result's version counter (`_version`) continues from the
+// object's last use.
 // Each site remembers the entry it took last (its hint) and tries it first, so a call that repeats
 // the last one finds every buffer at its hint; a site scans the pool only when its hint fails. An
 // entry no site points at any more is dropped. Runs of one module are serialized by the GIL (the
@@ -57,11 +65,23 @@
 
 namespace trident::runtime {
 
+// The Python object of a tensor the pool holds, as the extension sees it (ReusePool::ObjectCheck).
+enum class ResultObject {
+  kNone,     // the TensorImpl has no Python object
+  kHeld,     // someone besides the TensorImpl holds the object
+  kAsMade,   // only the TensorImpl holds it, and it is as the call returned it
+  kChanged,  // only the TensorImpl holds it, but the caller changed it (attributes, weakrefs, class)
+};
+
 class ReusePool {
  public:
   static constexpr int64_t kMaxBytes = int64_t{16} << 20;
   static constexpr int64_t kDefaultBudget = int64_t{256} << 20;
   static int64_t budget();
+  // Set once by the extension at import, before any run; without it a returned TensorImpl that kept
+  // its Python object never serves again (its memory still does, when the object has gone).
+  using ObjectCheck = ResultObject (*)(const c10::TensorImpl& impl);
+  static void set_object_check(ObjectCheck check);
   using Key = c10::SmallVector<int64_t, 16>;
 
   // One allocation site's state in the pool.
@@ -78,7 +98,8 @@ class ReusePool {
   // no other site points at it and it is not in use, else in a new entry, budget permitting.
   void keep(Site& site, const at::Tensor& t, Key key);
   // After a run whose frame is gone: drop every tensor still held elsewhere, marking its site; or,
-  // with recycle_outputs, keep its memory to serve once the caller lets go of it.
+  // with recycle_outputs, keep it to serve once the caller lets go of it (and drop kept results the
+  // caller has reshaped). Releases what the run replaced (retired_) first.
   void check_escapes(bool recycle_outputs);
 
   int64_t buffers() const;  // tensors kept now
@@ -96,8 +117,17 @@ class ReusePool {
     Site* last = nullptr;               // the site that handed it out last
     const void* data = nullptr;         // the storage's address when kept (checked once handed out)
     bool handed_out = false;            // its storage went out with a call's result (recycle_outputs)
+    // The TensorImpl's metadata when kept (checked once handed out): sizes, strides, offset.
+    c10::SmallVector<int64_t, 13> layout;
+    c10::DispatchKeySet keys;
+    caffe2::TypeMeta dtype;
   };
-  bool serves(const Entry& e, int32_t kind, const Key& key) const;
+  enum class Serve { kNo, kAsIs, kNewImpl };  // kNewImpl: its memory, under a new TensorImpl
+  Serve serves(const Entry& e, int32_t kind, const Key& key) const;
+  Serve availability(const Entry& e) const;
+  bool as_kept(const Entry& e) const;
+  bool free_of_caller(const Entry& e) const;
+  void snapshot(Entry& e);
   void point(Site& site, int32_t entry);
   void unpoint(int32_t entry);
   void empty(Entry& e);
@@ -105,6 +135,8 @@ class ReusePool {
 
   std::vector<Entry> entries_;
   std::vector<int32_t> vacant_;  // entries no site points at, for new_entry()
+  // TensorImpls a run replaced, with their Python objects: released after the run, not inside it.
+  std::vector<at::Tensor> retired_;
   int64_t bytes_ = 0;
   int64_t recycled_ = 0;
 };

@@ -16,6 +16,7 @@
 #include "ir/text.h"
 #include "ir/verifier.h"
 #include "planner/liveness.h"
+#include "result_objects.h"
 #include "runtime/aten_typed_gemm.h"
 #include "runtime/lt_gemm.h"
 #include "runtime/op_replay.h"
@@ -267,6 +268,7 @@ PyMODINIT_FUNC PyInit__C() {
   PyObject* m = PyModule_Create(&trident::bindings::module_def);
   if (!m) return nullptr;
   if (!trident::bindings::register_scm_type(m)) return nullptr;
+  trident::bindings::install_result_object_check();
   PyModule_AddIntConstant(m, "ABI_VERSION", TRD_ABI_VERSION);
   PyModule_AddIntConstant(m, "MAX_DIM", TRD_MAX_DIM);
   return m;

@@ -1,6 +1,9 @@
 """trident.compile(reuse_outputs=True): a returned tensor's memory serves a later call once the
 caller holds nothing over it, and never while it does (csrc/runtime/buffer_reuse.h). Checked on CPU
 tensors against eager, data pointers and the exact recycled_outputs counter."""
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -11,6 +14,13 @@ from test_hot_path_reuse import stacked, stacked_tail  # a returned buffer, and 
 def pair(seed, cols=8):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(2, cols, generator=g), torch.randn(2, cols, generator=g)
+
+
+def has_memory(t):
+    try:
+        return t.data_ptr() != 0
+    except RuntimeError:  # a fake or functional tensor
+        return False
 
 
 def recycled(fast):
@@ -61,23 +71,103 @@ def test_a_returned_view_keeps_its_base_s_memory_until_dropped():
     assert (v3.shape, v3.stride(), v3.storage_offset()) == ((3, 8), (8, 1), 8)
 
 
-def test_what_the_caller_did_to_a_result_does_not_carry_over():
+def test_a_dropped_result_comes_back_as_the_same_python_object():
+    """PyObject preservation keeps a dropped result's object alive with its TensorImpl in the pool:
+    the next call returns that very object, with nothing allocated."""
     fast = trident.compile(stacked, reuse_outputs=True)
     out = fast(*pair(0))
+    first = id(out)
+    del out
+    for seed in (1, 2):
+        x, y = pair(seed)
+        out = fast(x, y)
+        assert id(out) == first
+        torch.testing.assert_close(out, stacked(x, y), rtol=0, atol=0)
+        assert not out.requires_grad and out.grad_fn is None
+        del out
+    assert recycled(fast) == 2
+
+
+def test_autograd_state_the_caller_gave_a_result_does_not_carry_over():
+    fast = trident.compile(stacked, reuse_outputs=True)
+    out = fast(*pair(0))
+    ptr = out.data_ptr()
     out.requires_grad_()
     out.grad = torch.ones_like(out)
     del out
     x, y = pair(1)
     out = fast(x, y)
-    assert recycled(fast) == 1
+    assert recycled(fast) == 1 and out.data_ptr() == ptr  # the memory, under a new tensor object
     assert not out.requires_grad and out.grad is None and out.grad_fn is None
     torch.testing.assert_close(out, stacked(x, y), rtol=0, atol=0)
-    out.t_()  # metadata of the tensor object only: the next result is laid out afresh
+
+
+def test_attributes_and_weak_references_do_not_carry_over():
+    fast = trident.compile(stacked, reuse_outputs=True)
+    out = fast(*pair(0))
+    ptr = out.data_ptr()
+    out.tag = "first"
     del out
+    x, y = pair(1)
     out = fast(x, y)
-    assert recycled(fast) == 2
+    assert not hasattr(out, "tag")
+    assert recycled(fast) == 1 and out.data_ptr() == ptr
+    ref = weakref.ref(out)
+    del out
+    assert ref() is not None  # the pool keeps the object alive with its tensor ...
+    x, y = pair(2)
+    out = fast(x, y)
+    assert ref() is None  # ... but a weakly referenced one does not go out again: it is released
+    assert recycled(fast) == 2 and out.data_ptr() == ptr
+    torch.testing.assert_close(out, stacked(x, y), rtol=0, atol=0)
+
+
+def test_a_result_the_caller_reshaped_is_dropped():
+    fast = trident.compile(stacked, reuse_outputs=True)
+    out = fast(*pair(0))
+    out.t_()  # the tensor object's layout: it cannot go out again as the next result
+    del out
+    x, y = pair(1)
+    out = fast(x, y)
+    assert recycled(fast) == 0
     assert (out.shape, out.stride()) == ((4, 8), (8, 1))
     torch.testing.assert_close(out, stacked(x, y), rtol=0, atol=0)
+    del out
+    out = fast(x, y)  # the fresh one serves again
+    assert recycled(fast) == 1
+    torch.testing.assert_close(out, stacked(x, y), rtol=0, atol=0)
+
+
+def test_a_result_with_autograd_history_keeps_only_its_memory():
+    fast = trident.compile(stacked, reuse_outputs=True)
+    results = []
+    for seed in range(3):
+        x, y = pair(seed)
+        x.requires_grad_()
+        out = fast(x, y)
+        expected = stacked(x, y)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        assert out.grad_fn is not None
+        out.sum().backward()
+        torch.testing.assert_close(x.grad, torch.ones_like(x), rtol=0, atol=0)
+        results.append((id(out), out.data_ptr()))
+        del out, expected
+    assert recycled(fast) == 2
+    assert len({ptr for _, ptr in results}) == 1
+
+
+def test_the_pool_releases_kept_result_objects_with_the_function():
+    fast = trident.compile(stacked, reuse_outputs=True)
+    x, y = pair(0, cols=13)  # a shape no other live tensor has
+    fast(x, y)  # dropped at once: its object stays, held by the pool
+
+    def live_results():  # real tensors only: tracing keeps fake ones of that shape
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.shape == (4, 13) and has_memory(o))
+
+    assert live_results() == 1
+    del fast
+    assert live_results() == 0
 
 
 def test_a_result_whose_storage_was_resized_is_not_served_again():

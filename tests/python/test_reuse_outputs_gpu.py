@@ -60,3 +60,25 @@ def test_results_held_while_later_calls_run_keep_their_values():
         del out
         torch.testing.assert_close(prev, torch.full_like(prev, k + 1.0), rtol=0, atol=0)
     assert trident.counters(fast)["recycled_outputs"] == 4
+
+
+def test_a_dropped_result_comes_back_as_the_same_object_without_what_the_caller_added():
+    """PyObject preservation as the installed torch does it (buffer_reuse.h): the dropped result's
+    own object goes out again; one the caller gave an attribute goes, its memory under a new one."""
+    require_cuda()
+    fast = trident.compile(add, reuse_outputs=True)
+    x, one = torch.randn(4096, device="cuda"), torch.ones(4096, device="cuda")
+    out = fast(x, one)
+    first, ptr = id(out), out.data_ptr()
+    del out
+    x1 = x + 1
+    out = fast(x1, one)
+    assert id(out) == first and out.data_ptr() == ptr
+    torch.testing.assert_close(out, x1 + 1, rtol=0, atol=0)
+    out.tag = 1
+    del out
+    x2 = x + 2
+    out = fast(x2, one)
+    assert not hasattr(out, "tag") and out.data_ptr() == ptr
+    torch.testing.assert_close(out, x2 + 1, rtol=0, atol=0)
+    assert trident.counters(fast)["recycled_outputs"] == 2

@@ -8,8 +8,6 @@
 namespace trident::runtime {
 namespace {
 
-bool held_elsewhere(const at::Tensor& t) { return t.use_count() != 1 || t.storage().use_count() != 1; }
-
 ReusePool::ObjectCheck g_object_check = nullptr;
 
 // A new TensorImpl over t's storage with t's metadata, no autograd history and no Python object.
@@ -49,13 +47,13 @@ ReusePool::Serve ReusePool::serves(const Entry& e, int32_t kind, const Key& key)
 
 // Whether no one but the pool may see e's tensor be written, and whether the tensor may go out as
 // it is. A result the caller has dropped is held by the pool and by its own Python object, which
-// only that TensorImpl holds (PyObject preservation); set_object_check's function judges the object.
+// only that TensorImpl holds (PyObject preservation), also while a later call uses it inside (its
+// handed_out flag is cleared then); set_object_check's function judges the object.
 ReusePool::Serve ReusePool::availability(const Entry& e) const {
   if (e.t.storage().use_count() != 1) return Serve::kNo;
+  if (e.handed_out && !as_kept(e)) return Serve::kNo;  // check_escapes drops it once the caller lets go
   const auto holders = e.t.use_count();
-  if (!e.handed_out) return holders == 1 ? Serve::kAsIs : Serve::kNo;
-  if (!as_kept(e)) return Serve::kNo;  // check_escapes drops it once the caller lets go
-  if (holders == 1) return Serve::kAsIs;  // no Python object: a new TensorImpl, or views went out
+  if (holders == 1) return Serve::kAsIs;  // no Python object: never returned, or only views were
   if (holders != 2 || g_object_check == nullptr) return Serve::kNo;
   const c10::TensorImpl& impl = *e.t.unsafeGetTensorImpl();
   switch (g_object_check(impl)) {
@@ -171,7 +169,7 @@ void ReusePool::check_escapes(bool recycle_outputs) {
       if (!as_kept(e) && free_of_caller(e)) empty(e);
       continue;
     }
-    if (!held_elsewhere(e.t)) continue;
+    if (free_of_caller(e)) continue;
     if (recycle_outputs) {
       // A result with autograd history would keep its graph alive in the pool: keep the memory only.
       if (e.t.use_count() != 1 && e.t.unsafeGetTensorImpl()->autograd_meta() != nullptr) {

@@ -240,3 +240,25 @@ def test_a_loop_that_holds_the_last_result_alternates_two_buffers():
     assert ptrs[2:] == ptrs[:2] * 2
     assert recycled(fast) == 4
     assert trident.counters(fast)["reused_buffers"] == 2
+
+
+
+def chain(x, y):
+    """Three stacked buffers in a row, each dead once the next is written: the result's site can
+    take the first one's buffer."""
+    a = stacked(x, y)
+    b = stacked(a[:2], a[2:])
+    return stacked(b[:2] * 2, b[2:])
+
+
+def test_a_recycled_result_used_inside_a_call_still_serves_that_call_s_result():
+    """A dropped result's TensorImpl keeps its Python object while an earlier site of the next call
+    uses it as an intermediate: the result's site may still take it once that site is done."""
+    fast = trident.compile(chain, reuse_outputs=True)
+    for seed in range(5):
+        x, y = pair(seed)
+        out = fast(x, y)
+        torch.testing.assert_close(out, chain(x, y), rtol=0, atol=0)
+        del out
+    c = trident.counters(fast)
+    assert (c["reused_buffers"], c["recycled_outputs"], c["escaped_buffers"]) == (2, 4, 0)

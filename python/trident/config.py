@@ -45,12 +45,15 @@ class Options:
         torch.compile's automatic dynamic does), True (symbolic from the first call wherever the trace
         allows), False (every size and int is a guard: one specialization per signature).
     reuse_outputs: False (default: every call returns tensors in fresh memory from the caching
-        allocator, as eager does), or True: the memory of a returned tensor (up to 16 MiB) stays with
-        the function and a later call returns it again once the caller holds no tensor over it, on
-        the stream it was last used on; one caching-allocator round trip fewer per returned tensor
-        (benchmarks/NOTES.md, session 17). The contract: record_stream does not reach that memory, so
-        a returned tensor used on another stream must stay referenced until that stream is done with
-        it (csrc/runtime/buffer_reuse.h).
+        allocator, as eager does), or True: a returned tensor (up to 16 MiB) stays with the function
+        and a later call returns it again, the same tensor object, once the caller holds no tensor
+        over it, on the stream it was last used on; no allocation, free or new Python object per
+        returned tensor (benchmarks/NOTES.md, sessions 17-18). Nothing the caller did to a dropped
+        result carries over (attributes, weakrefs or autograd state: its memory goes out under a new
+        object; reshaped or resized: let go). The contract: record_stream does not reach that
+        memory, so a returned tensor used on another stream must stay referenced until that stream
+        is done with it, and a result's _version continues from its last use
+        (csrc/runtime/buffer_reuse.h).
     """
     max_specializations: int = int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64"))
     on_miss: str = "compile"

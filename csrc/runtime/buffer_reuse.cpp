@@ -45,13 +45,19 @@ ReusePool::Serve ReusePool::serves(const Entry& e, int32_t kind, const Key& key)
   return availability(e);
 }
 
-// Whether no one but the pool may see e's tensor be written, and whether the tensor may go out as
-// it is. A result the caller has dropped is held by the pool and by its own Python object, which
-// only that TensorImpl holds (PyObject preservation), also while a later call uses it inside (its
-// handed_out flag is cleared then); set_object_check's function judges the object.
+// Whether e's tensor may serve a request now, and how: a result the caller has dropped serves only
+// as the call made it (as_kept), and only once no one but the pool may see it be written (ownership).
 ReusePool::Serve ReusePool::availability(const Entry& e) const {
-  if (e.t.storage().use_count() != 1) return Serve::kNo;
   if (e.handed_out && !as_kept(e)) return Serve::kNo;  // check_escapes drops it once the caller lets go
+  return ownership(e);
+}
+
+// kNo while anything but the pool may see e's tensor be written. A result the caller has dropped is
+// held by the pool and by its own Python object, which only that TensorImpl holds (PyObject
+// preservation), also while a later call uses it inside (its handed_out flag is cleared then);
+// set_object_check's function judges the object, and one the caller changed serves as kNewImpl.
+ReusePool::Serve ReusePool::ownership(const Entry& e) const {
+  if (e.t.storage().use_count() != 1) return Serve::kNo;
   const auto holders = e.t.use_count();
   if (holders == 1) return Serve::kAsIs;  // no Python object: never returned, or only views were
   if (holders != 2 || g_object_check == nullptr) return Serve::kNo;
@@ -78,24 +84,19 @@ bool ReusePool::as_kept(const Entry& e) const {
   return true;
 }
 
-// Whether the caller holds nothing over e's tensor any more: its storage only through that tensor,
-// the tensor at most through its own Python object, which nothing else holds.
-bool ReusePool::free_of_caller(const Entry& e) const {
-  if (e.t.storage().use_count() != 1) return false;
-  const auto holders = e.t.use_count();
-  if (holders == 1) return true;
-  if (holders != 2 || g_object_check == nullptr) return false;
-  const ResultObject object = g_object_check(*e.t.unsafeGetTensorImpl());
-  return object == ResultObject::kAsMade || object == ResultObject::kChanged;
-}
-
 void ReusePool::snapshot(Entry& e) {
   const at::Tensor& t = e.t;
+  e.data = t.storage().data();
   e.layout.assign(t.sizes().begin(), t.sizes().end());
   e.layout.append(t.strides().begin(), t.strides().end());
   e.layout.push_back(t.storage_offset());
   e.keys = t.key_set();
   e.dtype = t.dtype();
+}
+
+void ReusePool::detach(Entry& e) {
+  e.t = detached(e.t);
+  snapshot(e);
 }
 
 at::Tensor* ReusePool::take(Site& site, const Key& key) {
@@ -114,7 +115,7 @@ at::Tensor* ReusePool::take(Site& site, const Key& key) {
   Entry& e = entries_[found];
   if (how == Serve::kNewImpl) {  // the caller changed the object: its memory goes out under a new one
     retired_.push_back(e.t);
-    e.t = detached(e.t);
+    detach(e);
   }
   e.last = &site;
   recycled_ += e.handed_out;
@@ -130,7 +131,7 @@ void ReusePool::keep(Site& site, const at::Tensor& t, Key key) {
   // Refill the site's own entry (a changed size replaces the old buffer); an entry other sites
   // point at, or one in use now, stays as it is and the site moves to a new one.
   const bool own = i >= 0 && entries_[i].pointing == 1 &&
-                   !(entries_[i].t.defined() && !free_of_caller(entries_[i]));
+                   (!entries_[i].t.defined() || ownership(entries_[i]) != Serve::kNo);
   if (own) {
     if (entries_[i].t.defined()) retired_.push_back(entries_[i].t);  // its Python object goes after the run
     empty(entries_[i]);
@@ -155,7 +156,6 @@ void ReusePool::keep(Site& site, const at::Tensor& t, Key key) {
   e.stream = current_stream(t.device());
   e.bytes = bytes;
   e.last = &site;
-  e.data = t.storage().data();
   e.handed_out = false;
   snapshot(e);
   bytes_ += bytes;
@@ -166,16 +166,13 @@ void ReusePool::check_escapes(bool recycle_outputs) {
   for (Entry& e : entries_) {
     if (!e.t.defined()) continue;
     if (e.handed_out) {  // out with an earlier result: dropped once the caller lets go of it reshaped
-      if (!as_kept(e) && free_of_caller(e)) empty(e);
+      if (!as_kept(e) && ownership(e) != Serve::kNo) empty(e);
       continue;
     }
-    if (free_of_caller(e)) continue;
+    if (ownership(e) != Serve::kNo) continue;
     if (recycle_outputs) {
       // A result with autograd history would keep its graph alive in the pool: keep the memory only.
-      if (e.t.use_count() != 1 && e.t.unsafeGetTensorImpl()->autograd_meta() != nullptr) {
-        e.t = detached(e.t);
-        snapshot(e);
-      }
+      if (e.t.use_count() != 1 && e.t.unsafeGetTensorImpl()->autograd_meta() != nullptr) detach(e);
       e.handed_out = true;
       continue;
     }

@@ -115,9 +115,9 @@ class ReusePool {
     int64_t bytes = 0;
     int32_t pointing = 0;               // sites whose hint is this entry
     Site* last = nullptr;               // the site that handed it out last
-    const void* data = nullptr;         // the storage's address when kept (checked once handed out)
     bool handed_out = false;            // its storage went out with a call's result (recycle_outputs)
-    // The TensorImpl's metadata when kept (checked once handed out): sizes, strides, offset.
+    // The tensor when kept (checked once handed out): its storage's address; sizes, strides, offset.
+    const void* data = nullptr;
     c10::SmallVector<int64_t, 13> layout;
     c10::DispatchKeySet keys;
     caffe2::TypeMeta dtype;
@@ -125,9 +125,10 @@ class ReusePool {
   enum class Serve { kNo, kAsIs, kNewImpl };  // kNewImpl: its memory, under a new TensorImpl
   Serve serves(const Entry& e, int32_t kind, const Key& key) const;
   Serve availability(const Entry& e) const;
+  Serve ownership(const Entry& e) const;
   bool as_kept(const Entry& e) const;
-  bool free_of_caller(const Entry& e) const;
-  void snapshot(Entry& e);
+  void snapshot(Entry& e);  // records what as_kept compares
+  void detach(Entry& e);    // e's memory under a new TensorImpl with no Python object
   void point(Site& site, int32_t entry);
   void unpoint(int32_t entry);
   void empty(Entry& e);

@@ -6,6 +6,7 @@
 
 #include <exception>
 
+#include "codegen/cache_dir.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
 
@@ -14,6 +15,14 @@ namespace trident::bindings {
 inline void set_python_error(const std::exception& e) {
   bool caller = dynamic_cast<const ir::ParseError*>(&e) || dynamic_cast<const ir::VerifyError*>(&e);
   PyErr_SetString(caller ? PyExc_ValueError : PyExc_RuntimeError, e.what());
+}
+
+// The cache's pending warnings (an unusable directory, a rejected entry) as Python RuntimeWarnings.
+// False when a warning filter turned one into an exception (then set).
+inline bool emit_cache_warnings() {
+  for (const auto& w : codegen::take_cache_warnings())
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, w.c_str(), 1) < 0) return false;
+  return true;
 }
 
 }  // namespace trident::bindings

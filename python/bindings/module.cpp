@@ -139,6 +139,31 @@ PyObject* py_bump_state_epoch(PyObject*, PyObject*) {
 
 PyObject* py_cache_dir(PyObject*, PyObject*) { return PyUnicode_FromString(codegen::cache_dir().c_str()); }
 
+// The validated cache subdirectory `name` (cache_dir.h): private to the user, or a private fallback.
+PyObject* py_cache_subdir(PyObject*, PyObject* arg) {
+  const char* name = PyUnicode_AsUTF8(arg);
+  if (!name) return nullptr;
+  try {
+    std::string dir = codegen::cache_subdir(name);
+    if (!emit_cache_warnings()) return nullptr;
+    return PyUnicode_FromString(dir.c_str());
+  } catch (const std::exception& e) {
+    set_python_error(e);
+    return nullptr;
+  }
+}
+
+// Reads a cache file if it may be trusted (cache_dir.h): (bytes, "") or (None, why not).
+PyObject* py_read_private_file(PyObject*, PyObject* arg) {
+  const char* path = PyUnicode_AsUTF8(arg);
+  if (!path) return nullptr;
+  std::string content;
+  std::string why = codegen::read_private_file(path, content);
+  if (!why.empty()) return Py_BuildValue("(Os)", Py_None, why.c_str());
+  PyObject* bytes = PyBytes_FromStringAndSize(content.data(), static_cast<Py_ssize_t>(content.size()));  // new ref
+  return bytes ? Py_BuildValue("(Ns)", bytes, "") : nullptr;  // N: the tuple takes the reference
+}
+
 // [(reason, count)] as a Python list (new reference).
 PyObject* reason_list(const std::vector<std::pair<std::string, int64_t>>& reasons) {
   PyObject* list = PyList_New(static_cast<Py_ssize_t>(reasons.size()));  // new ref
@@ -246,7 +271,9 @@ PyMethodDef methods[] = {
     {"spec_rejects", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_spec_rejects)),
      METH_FASTCALL | METH_KEYWORDS, "spec_rejects(spec_text, *args, **kwargs): '' or the first failing guard."},
     {"bump_state_epoch", py_bump_state_epoch, METH_NOARGS, "Module state may have been re-registered."},
-    {"cache_dir", py_cache_dir, METH_NOARGS, "Where compiled modules are cached."},
+    {"cache_dir", py_cache_dir, METH_NOARGS, "Where compiled modules are cached (as configured)."},
+    {"cache_subdir", py_cache_subdir, METH_O, "The validated private cache subdirectory of this name."},
+    {"read_private_file", py_read_private_file, METH_O, "(bytes, '') for a trusted cache file, else (None, why)."},
     {"cublaslt_replay_refusals", py_cublaslt_replay_refusals, METH_NOARGS,
      "[(reason, sites)]: why cuBLASLt sites of this process do not replay their recorded launches."},
     {"aten_replay_refusals", py_aten_replay_refusals, METH_NOARGS,

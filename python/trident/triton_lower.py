@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 
 import torch
 import torch.fx as fx
@@ -27,14 +28,22 @@ def _side_table():
 
 
 def _cubin_path(cubin: bytes) -> str:
-    d = os.path.join(config.cache_dir(), "cubins")
-    os.makedirs(d, exist_ok=True)
+    """Where the runtime loads this cubin from: a file named by its hash in the private cache
+    (cache_dir.h). An existing file is used only when it is ours and holds exactly these bytes;
+    anything else there is replaced."""
+    from . import _C
+    d = _C.cache_subdir("cubins")
     path = os.path.join(d, hashlib.sha256(cubin).hexdigest()[:32] + ".cubin")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(cubin)
-        os.replace(tmp, path)
+    held, _why = _C.read_private_file(path)
+    if held == cubin:
+        return path
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(cubin)
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.rmdir(path)
+    os.replace(tmp, path)
     return path
 
 

@@ -33,6 +33,8 @@ static inline int64_t trd_gmod(int64_t a, int64_t b) { return b == 0 || b == -1 
 static inline int trd_divisible(int64_t a, int64_t b) { return b != 0 && (b == -1 || a % b == 0); }
 static inline int trd_not_divisible(int64_t a, int64_t b) { return b != 0 && b != -1 && a % b != 0; }
 static inline int64_t trd_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* A double's bit pattern (float guards compare numbers the trace baked in by bits: -0.0 != 0.0). */
+static inline int64_t trd_fbits(double v) { int64_t b; memcpy(&b, &v, sizeof b); return b; }
 /* `|`, not `||`: no branch inside a guard (ir/expr.h: thousands of branching copies make GCC's -O2
    jump threading take seconds). */
 static inline int64_t trd_disjoint(int64_t p, int64_t n, int64_t q, int64_t m) { return (p + n <= q) | (q + m <= p); }

@@ -211,6 +211,10 @@ std::string guard_expr(const Guard& g) {
   if (g.lhs.kind == Field::Kind::FloatValue && !g.rhs_is_field) {
     // Every comparison with NaN is false except !=, as in C and Python.
     if (std::isnan(g.rhs_float)) return g.op == Guard::Op::Ne ? "1" : "0";
+    // (In)equality with a number the trace baked in is by bit pattern: -0.0 is not 0.0 there
+    // (x / s differs in sign), so a value equal as a double but not as bits must miss.
+    if (g.op == Guard::Op::Eq || g.op == Guard::Op::Ne)
+      return "trd_fbits(" + lhs + ") " + ir::guard_op_name(g.op) + " " + int_literal(ir::float_bits(g.rhs_float));
     return lhs + " " + ir::guard_op_name(g.op) + " " + float_literal(g.rhs_float);
   }
   std::string rhs = g.rhs_is_field ? field_expr(g.rhs_field) : int_literal(g.rhs_int);

@@ -1,5 +1,6 @@
 #include "guards/explain.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "ir/expr.h"
@@ -101,6 +102,8 @@ bool check_guard(const ir::Guard& g, const trd_call& c) {
     if (float_lhs && g.lhs.leaf >= c.nleaves) return false;
     double v = value(g.lhs);
     double w = g.rhs_is_field ? value(g.rhs_field) : float_lhs ? g.rhs_float : static_cast<double>(g.rhs_int);
+    if (float_lhs && !g.rhs_is_field && !std::isnan(w) && (g.op == Op::Eq || g.op == Op::Ne))
+      return (ir::float_bits(v) == ir::float_bits(w)) == (g.op == Op::Eq);  // by bits, as decision.cpp
     return compare(g.op, v, w);  // a divisibility guard never has a double operand
   }
   int64_t a = read_field(g.lhs, c);

@@ -72,7 +72,7 @@ struct Guard {
   bool rhs_is_field = false;
   Field rhs_field;
   int64_t rhs_int = 0;      // integer fields
-  double rhs_float = 0.0;   // FloatValue equality
+  double rhs_float = 0.0;   // FloatValue comparisons; == and != against it compare bit patterns
 };
 
 // One instruction of a body.

@@ -95,7 +95,14 @@ class Lexer {
     for (++p_; p_ < t_.size() && t_[p_] != '"'; ++p_) {
       if (t_[p_] == '\\' && p_ + 1 < t_.size()) {
         ++p_;
-        s += t_[p_] == 'n' ? '\n' : t_[p_];
+        if (p_ + 2 < t_.size() && is_octal(t_[p_]) && is_octal(t_[p_ + 1]) && is_octal(t_[p_ + 2])) {
+          int v = (t_[p_] - '0') * 64 + (t_[p_ + 1] - '0') * 8 + (t_[p_ + 2] - '0');
+          if (v > 255) fail("an octal escape below \\400");
+          s += static_cast<char>(v);
+          p_ += 2;
+        } else {
+          s += t_[p_] == 'n' ? '\n' : t_[p_];
+        }
       } else {
         s += t_[p_];
       }
@@ -104,6 +111,8 @@ class Lexer {
     ++p_;
     return s;
   }
+
+  static bool is_octal(char c) { return c >= '0' && c <= '7'; }
 
  private:
   const std::string& t_;

@@ -2,19 +2,35 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "ir/expr.h"
 #include "ir/text.h"
 
 namespace trident::ir {
 std::string quote(const std::string& s) {
+  // Only printable ASCII other than '"', '\\' and '?' stands for itself; every other byte is a
+  // three-digit octal escape. No byte of the string can then end the literal or form a trigraph
+  // or line splice, in IR text or in generated C, and the bytes round-trip exactly (NUL included).
   std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') { out += '\\'; out += c; }
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') { out += '\\'; out += ch; }
     else if (c == '\n') out += "\\n";
-    else out += c;
+    else if (c >= 0x20 && c < 0x7f && c != '?') out += ch;
+    else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\%03o", c);
+      out += buf;
+    }
   }
   return out + "\"";
+}
+
+int64_t float_bits(double v) {
+  int64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
 }
 
 // Floats always carry a '.', an exponent, or a name, so that 1.0 never reads back as the int 1:

@@ -21,6 +21,8 @@ std::string print_operand(const Operand& o);
 // decimal that reads back to the same double (always with '.', an exponent, inf or nan).
 std::string quote(const std::string& s);
 std::string print_float(double v);
+// A double's bit pattern: float guards against a literal compare these (-0.0 is not 0.0).
+int64_t float_bits(double v);
 std::string print_guard(const Guard& g);
 std::string print_instr(const Instr& in);
 std::string print_kernel(const Kernel& k);

@@ -35,6 +35,7 @@ std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path) {
     }
   }
   for (int32_t s = 0; s < mod->m_->nspecs; ++s) mod->outputs_.push_back(ir::parse_operand(mod->m_->outputs[s]));
+  mod->run_policy_.resize(static_cast<size_t>(mod->m_->nspecs));
   std::map<std::string, int32_t> kinds;  // reuse_signature -> ReusePool kind
   for (auto& site : mod->sites_)
     if (site.may_reuse())

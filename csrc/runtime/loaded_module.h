@@ -45,6 +45,15 @@ class LoadedModule {
   void finish_run(bool recycle_outputs) const;
 
   ReusePool& reuse_pool() const { return reuse_pool_; }
+  // How the bindings run a spec (python/bindings/scm_object.cpp: run_spec): whether its runs have
+  // proved long enough to be worth letting other Python threads in for, and a count of runs that
+  // decides which runs are timed. Read and written only by a thread holding the GIL.
+  struct RunPolicy {
+    uint32_t runs = 0;
+    uint32_t long_in_a_row = 0;  // timed runs past the bindings' threshold, consecutively
+    bool release_gil = false;
+  };
+  RunPolicy& run_policy(int32_t spec) const { return run_policy_[spec]; }
   struct ReuseStats {
     int64_t holding = 0, escaped = 0, bytes = 0, recycled = 0;
   };
@@ -69,6 +78,7 @@ class LoadedModule {
   std::vector<std::unique_ptr<KernelInfo>> kernels_;
   std::vector<ir::Operand> outputs_;
   mutable ReusePool reuse_pool_;  // shared by all specs' allocation sites
+  mutable std::vector<RunPolicy> run_policy_;  // per spec, sized at load
 };
 
 // The function table generated code calls (rt_table.cpp).

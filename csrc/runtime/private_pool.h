@@ -10,8 +10,8 @@
 // Contract: begin() routes the thread's allocations on `device` to a private pool until end() and
 // counts one use of it; release() gives that use back. Recordings for one (device, caller stream)
 // share a pool where that is safe (python/trident/recording_pools.py says when), so a model's
-// replay sites take one pool's segments, not one each. Called with the GIL held (recording happens
-// on the hot path's thread, which holds it); they never throw: false (begin) or nothing (end,
+// replay sites take one pool's segments, not one each. Called from a run, which holds no GIL: the
+// bindings' functions take it themselves; they never throw: false (begin) or nothing (end,
 // release) when Python raised, the error cleared.
 #pragma once
 

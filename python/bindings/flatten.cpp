@@ -1,10 +1,14 @@
 #include "flatten.h"
 
+#include <ATen/Context.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <cstdio>
 #include <cstring>
 
 namespace trident::bindings {
@@ -18,6 +22,16 @@ bool add(PyObject* obj, FlatArgs& out, int depth) {
   std::memset(&leaf, 0, sizeof leaf);
   if (THPVariable_CheckExact(obj)) {
     const at::Tensor& t = THPVariable_Unpack(obj);
+    // Inside torch.func's transforms a tensor is a wrapper whose meaning lives in Python (vmap's
+    // batching, grad's levels, functionalize): such calls run the original function eagerly.
+    constexpr c10::DispatchKeySet transformed = c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched,
+        c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::Functionalize,
+        c10::DispatchKey::BatchedNestedTensor});
+    if (t.key_set().has_any(transformed)) {
+      out.unsupported = "a tensor of a torch.func transform (vmap, grad, jacrev, functionalize) is not supported "
+                        "natively; trident does not compile inside these transforms";
+      return false;
+    }
     if (!fill_tensor_leaf(t, leaf)) {
       out.unsupported = t.is_nested() ? std::string("a nested tensor is not supported natively")
                                       : "a tensor of rank " + std::to_string(t.dim()) + " and layout " +
@@ -89,6 +103,24 @@ bool add(PyObject* obj, FlatArgs& out, int depth) {
   return true;
 }
 
+// Global settings a trace can bake in, as a suffix of the structure string, so a specialization
+// serves only calls made under the settings it was compiled under: the default dtype (factories
+// without a dtype) and deterministic algorithms (which turn the kept buffers off and make ATen
+// fill new memory). Settings read as the program runs need no guard: ATen's calls see float32
+// matmul precision, allow_tf32 and the SDP flags of ops not decomposed as eager's do, and a
+// cuBLASLt site hands itself back to ATen when cuBLAS's reduced-precision flags change
+// (lt_gemm.h). At the defaults the suffix is empty; its characters are none of the leaf
+// codes. A few ns a call (reading float32MatmulPrecision() alone would cost 45).
+void append_global_state(std::string& structure) {
+  const int dtype = static_cast<int>(c10::typeMetaToScalarType(c10::get_default_dtype()));
+  const at::Context& ctx = at::globalContext();
+  const int det = ctx.deterministicAlgorithms() ? 1 + ctx.deterministicFillUninitializedMemory() : 0;
+  if (dtype == static_cast<int>(c10::ScalarType::Float) && det == 0) return;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "@%d.%d", dtype, det);
+  structure += buf;
+}
+
 }  // namespace
 
 trd_call make_call(const FlatArgs& flat) {
@@ -135,6 +167,13 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
     out.unsupported = "torch.autocast is enabled, which trident does not compile for";
     return false;
   }
+  // A TorchFunctionMode (torch.set_default_device, `with torch.device(...)`, a user's mode) would
+  // see every torch call of an eager run; a native run bypasses Python, so such calls run eagerly.
+  if (at::impl::PythonTorchFunctionTLS::stack_len() > 0) {
+    out.unsupported = "a TorchFunctionMode is active (torch.set_default_device, `with torch.device(...)` or "
+                      "a mode of your own), which trident does not compile for";
+    return false;
+  }
   for (Py_ssize_t k = 0; k < nargs; ++k)
     if (!add(args[k], out, 0)) {
       out.unsupported = "argument " + std::to_string(k) + ": " + out.unsupported;
@@ -160,6 +199,7 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
       }
     }
   }
+  append_global_state(out.structure);
   return true;
 }
 

@@ -5,6 +5,8 @@
 //   containers   (...) tuple, [...] list, {k=...,k=...} dict with identifier string keys (in
 //                insertion order, as pytree flattens it), nested freely
 //   keywords     after the positional part, each as ";name=" then its value's code
+//   settings     "@dtype.det" last, when a global setting differs from its default
+//                (flatten.cpp: append_global_state)
 // e.g. f(x, (y, z), 3, {"k": k}, scale=0.5) -> "T(TT)i{k=T};scale=f". The same string is computed for
 // the Python capture path through describe_args(), so the compiled guards and the hot path cannot
 // disagree.

@@ -60,11 +60,17 @@ PyObject* build(const ir::Operand& o, at::Tensor* slots, PyObject* const* arg_ob
       if (!d) return nullptr;
       for (size_t k = 0; k < o.items.size(); ++k) {
         PyObject* item = build(o.items[k], slots, arg_objects, state, out_ints, wrapped);
-        if (!item || PyDict_SetItemString(d, o.keys[k].c_str(), item) < 0) {
+        // The key's exact bytes (it may hold NUL or non-ASCII characters the IR escaped).
+        PyObject* key = item ? PyUnicode_DecodeUTF8(o.keys[k].data(), static_cast<Py_ssize_t>(o.keys[k].size()),
+                                                    "surrogatepass")
+                             : nullptr;  // new ref
+        if (!key || PyDict_SetItem(d, key, item) < 0) {
+          Py_XDECREF(key);
           Py_XDECREF(item);
           Py_DECREF(d);
           return nullptr;
         }
+        Py_DECREF(key);
         Py_DECREF(item);
       }
       return d;

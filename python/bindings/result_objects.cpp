@@ -19,7 +19,7 @@ using runtime::ResultObject;
 // returns that same object when the TensorImpl goes out again. It may go out again only as the
 // call made it: of torch.Tensor's own type, with no attributes set on it (its __dict__ is empty) and
 // no weak references to it (a weakref would see a later call's result). Runs under the GIL.
-ResultObject result_object_state(const c10::TensorImpl& impl) {
+ResultObject result_object_state_locked(const c10::TensorImpl& impl) {
   PyObject* obj = impl.pyobj_slot()->load_pyobj();
   if (obj == nullptr) return ResultObject::kNone;
   if (Py_REFCNT(obj) != 1) return ResultObject::kHeld;
@@ -37,6 +37,15 @@ ResultObject result_object_state(const c10::TensorImpl& impl) {
   }
   if (dict != nullptr && *dict != nullptr && PyDict_GET_SIZE(*dict) != 0) return ResultObject::kChanged;
   return ResultObject::kAsMade;
+}
+
+ResultObject result_object_state(const c10::TensorImpl& impl) {
+  // Called from a run, which may have released the GIL (scm_object.cpp: run_spec).
+  if (!t_running_without_gil) return result_object_state_locked(impl);
+  PyGILState_STATE gil = PyGILState_Ensure();
+  ResultObject r = result_object_state_locked(impl);
+  PyGILState_Release(gil);
+  return r;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -27,25 +28,33 @@
 #include "ir/verifier.h"
 #include "outputs.h"
 #include "planner/liveness.h"
+#include "result_objects.h"
 #include "runtime/loaded_module.h"
 #include "scm_object.h"
 
 namespace trident::bindings {
 namespace {
 
-// What the hot path compares for each captured state tensor. The tensors are held by the SCM, so
-// identity cannot change under it; `.data = ...` and module.to() can change what is inside.
-struct StateSnapshot {
-  trd_leaf leaf;
+// The captured state tensors a run reads, with what the hot path compares for each. The tensors
+// are held here, so identity cannot change under a run; `.data = ...` and module.to() can change
+// what is inside. Immutable once made: set_state installs a new one, and each run holds the one it
+// started with, so another thread replacing the state (a state change seen while this run released
+// the GIL, or a Python op inside it let other threads in) never frees tensors a run still uses.
+struct StateSet {
+  std::vector<at::Tensor> tensors;
+  std::vector<trd_leaf> snapshot;
 };
 
 struct ScmState {
   ir::Module module;                                  // every specialization, planned
   std::shared_ptr<const runtime::LoadedModule> loaded;  // the module built from `module`
   codegen::BuiltModule built;
-  std::vector<at::Tensor> state;
-  std::vector<trd_leaf> state_snapshot;
+  std::shared_ptr<const StateSet> state = std::make_shared<const StateSet>();
   uint64_t state_epoch = 0;
+  // Runs of this SCM's module, one at a time: its call sites keep per-site state (kept buffers,
+  // recorded launches). Waited for only with the GIL released (run_spec), so a thread holding the
+  // GIL never blocks on it; recursive for a Python op inside a run that calls the function again.
+  std::recursive_mutex run_mu;
   PyObject* on_miss = nullptr;         // new ref
   PyObject* on_state_change = nullptr; // new ref, may be None
   bool reuse_outputs = false;          // trident.compile(reuse_outputs=): recycle returned buffers
@@ -75,11 +84,12 @@ bool same_leaf_meta(const trd_leaf& a, const trd_leaf& b) {
 bool state_ok(ScmObject* self) {
   ScmState* st = self->st;
   bool fine = st->state_epoch == g_state_epoch;
-  for (size_t k = 0; fine && k < st->state.size(); ++k) {
+  const StateSet& state = *st->state;
+  for (size_t k = 0; fine && k < state.tensors.size(); ++k) {
     trd_leaf now;
     std::memset(&now, 0, sizeof now);
-    fill_tensor_leaf(st->state[k], now);
-    fine = same_leaf_meta(now, st->state_snapshot[k]);
+    fill_tensor_leaf(state.tensors[k], now);
+    fine = same_leaf_meta(now, state.snapshot[k]);
   }
   if (fine) return true;
   if (!st->on_state_change || st->on_state_change == Py_None) {
@@ -96,40 +106,78 @@ bool state_ok(ScmObject* self) {
 // True when this call cannot record autograd history: grad mode is off, or no tensor it reads
 // requires grad. The program then runs below the Autograd dispatch keys, as VariableType's own
 // kernels do (ADInplaceOrView stays on, so views and version counters behave as in eager).
-bool needs_no_autograd(const ScmState* st, const trd_call& call, const FlatArgs& flat) {
+bool needs_no_autograd(const StateSet& state, const trd_call& call, const FlatArgs& flat) {
   if (!call.grad_mode) return true;
   for (const auto& leaf : flat.leaves)
     if (leaf.kind == TRD_TENSOR && (leaf.flags & TRD_REQUIRES_GRAD)) return false;
-  for (const auto& t : st->state)
+  for (const auto& t : state.tensors)
     if (t.requires_grad()) return false;
   return true;
 }
 
+// Three timed runs in a row that each took this long make every later run of their spec release
+// the GIL, so other Python threads go on while it computes (a CPU-heavy program, launches that
+// wait for a full device queue). Timed: runs 1 to 3 of a spec (run 0 carries one-time costs: lazy
+// handles, first allocations), then one in every kTimedEvery, while the spec still holds the GIL.
+// Shorter runs keep it: handing it over and back would cost more than they take (0.1-0.2 us).
+constexpr auto kReleaseGilAfter = std::chrono::microseconds(20);
+constexpr uint32_t kTimedEvery = 16;
+constexpr uint32_t kLongInARow = 3;
+
+// Runs one specialization. Called with the GIL held. Runs of one SCM take turns on its run lock
+// (its call sites keep per-site state): a run holding the GIL only try-locks it, and one that must
+// wait releases the GIL first and runs without it, so no thread ever waits for the lock while
+// holding the GIL. A run without the GIL touches no Python object; what in it does reach Python
+// takes the GIL itself (a Python op's kernel, a dispatch mode, the private pool and the
+// kept-result object check). The arguments stay alive: the caller's frame holds them.
 PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t spec, const trd_call& call,
                    const FlatArgs& flat) {
   ScmState* st = self->st;
+  std::shared_ptr<const StateSet> state = st->state;  // this run's own reference (StateSet)
   int32_t nslots = mod.num_slots(spec);
   c10::SmallVector<at::Tensor, 32> slots(nslots);
   c10::SmallVector<int64_t, 8> out_ints(std::max(1, mod.num_out_ints(spec)));
   trd_frame f;
   f.slots = slots.data();
   f.args = flat.tensors.data();
-  f.state = st->state.data();
+  f.state = state->tensors.data();
   f.nargs = static_cast<int32_t>(flat.tensors.size());
-  f.nstate = static_cast<int32_t>(st->state.size());
-  f.below_autograd = needs_no_autograd(st, call, flat);
+  f.nstate = static_cast<int32_t>(state->tensors.size());
+  f.below_autograd = needs_no_autograd(*state, call, flat);
   f.keeps_buffers = !c10::impl::TorchDispatchModeTLS::any_modes_set();
-  std::optional<at::AutoDispatchBelowAutograd> below_autograd;
-  if (f.below_autograd) below_autograd.emplace();
-  const bool ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
-  below_autograd.reset();
+  const bool recycle = st->reuse_outputs;
+  runtime::LoadedModule::RunPolicy& policy = mod.run_policy(spec);
+  const uint32_t run_index = policy.runs++;
+  const bool timed = !policy.release_gil && (run_index % kTimedEvery == 1 || (run_index > 1 && run_index <= kLongInARow));
+  const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  PyThreadState* released = nullptr;
+  if (policy.release_gil || !st->run_mu.try_lock()) {
+    released = PyEval_SaveThread();
+    st->run_mu.lock();
+  }
+  std::unique_lock<std::recursive_mutex> running(st->run_mu, std::adopt_lock);
+  bool ok;
+  const bool outer_without_gil = t_running_without_gil;  // a run inside a Python op of another
+  t_running_without_gil = released != nullptr;
+  {
+    std::optional<at::AutoDispatchBelowAutograd> below_autograd;
+    if (f.below_autograd) below_autograd.emplace();
+    ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
+  }
+  t_running_without_gil = outer_without_gil;
+  if (released) PyEval_RestoreThread(released);  // with run_mu held: see above
+  if (timed) {
+    policy.long_in_a_row = std::chrono::steady_clock::now() - t0 > kReleaseGilAfter ? policy.long_in_a_row + 1 : 0;
+    policy.release_gil = policy.long_in_a_row >= kLongInARow;
+  }
   PyObject* out = nullptr;
   if (!ok)
     PyErr_SetString(PyExc_RuntimeError, f.error.c_str());
   else
-    out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), st->state.data(), out_ints.data());
+    out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), state->tensors.data(),
+                       out_ints.data());
   for (auto& t : slots) t.reset();  // the frame is gone: what is still held now has escaped
-  mod.finish_run(st->reuse_outputs);
+  mod.finish_run(recycle);
   return out;
 }
 
@@ -190,8 +238,31 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     planner::insert_releases(spec);
     next.specs.push_back(std::move(spec));
     codegen::EmittedModule emitted = codegen::emit_module(next);
-    codegen::BuiltModule built = codegen::build_module(emitted.source);
-    auto loaded = runtime::LoadedModule::load(built.so_path);
+    codegen::BuiltModule built;
+    std::shared_ptr<runtime::LoadedModule> loaded;
+    std::string load_error;
+    // Other threads run while the compiler does (the controller's lock keeps misses one at a time;
+    // the hot path only reads st->loaded, replaced below with the GIL held).
+    Py_BEGIN_ALLOW_THREADS
+    try {
+      built = codegen::build_module(emitted.source);
+      try {
+        loaded = runtime::LoadedModule::load(built.so_path);
+      } catch (const runtime::ModuleLoadError& e) {
+        if (!built.cache_hit) throw;
+        // A cached object that passed its checks and still does not load: build it again, once.
+        codegen::add_cache_warning(std::string("trident: the cached module ") + built.so_path +
+                                   " did not load (" + e.what() + "); rebuilt it");
+        built = codegen::build_module(emitted.source, /*rebuild=*/true);
+        loaded = runtime::LoadedModule::load(built.so_path);
+      }
+    } catch (const std::exception& e) {
+      load_error = e.what();
+      if (load_error.empty()) load_error = "unknown error";
+    }
+    Py_END_ALLOW_THREADS
+    if (!emit_cache_warnings()) return nullptr;
+    if (!load_error.empty()) throw codegen::ToolchainError(load_error);
     // Commit only after everything succeeded: a failed compile leaves the SCM as it was.
     st->module = std::move(next);
     st->loaded = std::move(loaded);
@@ -228,8 +299,10 @@ PyObject* scm_set_state(PyObject* py_self, PyObject* arg) {
     snap.push_back(leaf);
   }
   Py_DECREF(seq);
-  st->state = std::move(tensors);
-  st->state_snapshot = std::move(snap);
+  auto next = std::make_shared<StateSet>();
+  next->tensors = std::move(tensors);
+  next->snapshot = std::move(snap);
+  st->state = std::move(next);
   st->state_epoch = g_state_epoch;
   Py_RETURN_NONE;
 }

@@ -14,7 +14,7 @@ from .config import Options, kept_bytes as _kept_bytes
 from .errors import MissPolicyError, TridentError, UnsupportedError
 from .explain import explain
 
-__all__ = ["compile", "counters", "explain", "TridentError", "UnsupportedError", "MissPolicyError", "Options"]
+__all__ = ["compile", "warmup", "counters", "explain", "TridentError", "UnsupportedError", "MissPolicyError", "Options"]
 __version__ = "0.1.0"
 
 _kept_bytes()  # a malformed TRIDENT_KEPT_BYTES fails at import, not silently in the native runtime
@@ -45,6 +45,13 @@ def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "
     if not callable(fn):
         raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
     return CompiledFunction(fn, options).detach()
+
+
+def warmup(compiled, *args, **kwargs):
+    """Call `compiled` with these arguments, compiling a specialization for them if none matches,
+    whatever its `on_miss` policy: how a function compiled with on_miss="error" or "eager" gets the
+    specializations it is meant to serve. Returns the call's result."""
+    return controller(compiled).warm(args, kwargs)
 
 
 def controller(compiled) -> CompiledFunction:

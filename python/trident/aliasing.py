@@ -7,8 +7,10 @@ for a call whose tensors overlap where the program writes one of them, and a pro
 
   - captures from distinct memory: each tensor overlapping an earlier argument is replaced, for the
     capture only, by a copy with the same sizes, strides and storage offset (`distinct_copies`);
-  - guards each written argument against overlapping any other tensor argument (`guard_lines`), so
-    a spec never runs a call it was not captured for;
+  - guards each written argument against overlapping any other tensor argument (`guard_lines`)
+    and the module state the program reads (`state_guard_lines`: parameters and buffers sit at
+    fixed addresses, checked by the bindings each call), so a spec never runs a call it was not
+    captured for;
   - runs a call eagerly, with a one-time warning, when an argument it writes overlaps another
     (compiled.py): such a call has no compiled form that is exactly eager's.
 
@@ -105,3 +107,64 @@ def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int],
             span_lo, span_hi = _span_text(lo, leaves[lo], itemsize[lo]), _span_text(hi, leaves[hi], itemsize[hi])
             lines.append(f'guard expr "disjoint(L{lo}.data_ptr, {span_lo}, L{hi}.data_ptr, {span_hi})"')
     return lines
+
+
+def written_state(ep) -> set[str]:
+    """Names of the buffers the captured program writes (its buffer mutations)."""
+    return {s.target for s in ep.graph_signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
+
+
+def leaves_overlapping(leaf_values: list, tensors: list) -> list[int]:
+    """Tensor leaves whose memory intersects one of `tensors` (a module's parameters and buffers)."""
+    spans = [e for e in (_extent(t) for t in tensors if isinstance(t, torch.Tensor)) if e is not None]
+    out = []
+    for k, v in enumerate(leaf_values):
+        a = _extent(v) if isinstance(v, torch.Tensor) else None
+        if a is not None and a[0].type != "meta" and any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for b in spans):
+            out.append(k)
+    return out
+
+
+def state_overlaps(written: set[int], leaf_values: list, state: list, state_written: set[str]) -> list[tuple[int, str]]:
+    """(leaf, state name) for each tensor leaf whose memory intersects a state tensor the program
+    reads, where the program writes either of them (`m(m.w)` where forward does `x.add_(self.w)`, or
+    a buffer the program updates passed as an argument too): such calls run eagerly."""
+    out = []
+    for k, v in enumerate(leaf_values):
+        a = _extent(v) if isinstance(v, torch.Tensor) else None
+        if a is None or a[0].type == "meta":
+            continue
+        for ref in state:
+            if k not in written and ref.target not in state_written:
+                continue
+            b = _extent(ref.tensor) if isinstance(ref.tensor, torch.Tensor) else None
+            if b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]:
+                out.append((k, ref.target))
+    return out
+
+
+def state_guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int], state: list,
+                      state_written: set[str]) -> list[str]:
+    """`guard expr` lines: no tensor leaf overlaps a state tensor of its device where the program
+    writes either. A state tensor's extent is a constant of the spec: the bindings see any change of
+    its address before selection, and the controller then recompiles specs that hold one
+    (compiled.py)."""
+    lines = []
+    for a, la in enumerate(leaves):
+        if la["kind"] != 1 or 0 in la["sizes"] or a not in itemsize:
+            continue
+        for ref in state:
+            if a not in written and ref.target not in state_written:
+                continue
+            t = ref.tensor
+            e = _extent(t) if isinstance(t, torch.Tensor) else None
+            if e is None or e[0].type != _DEVICE_TYPES.get(la["device_type"]) or \
+                    (e[0].index if e[0].index is not None else -1) != la["device_index"]:
+                continue
+            span = _span_text(a, la, itemsize[a])
+            lines.append(f'guard expr "disjoint(L{a}.data_ptr, {span}, {e[1]}, {e[2] - e[1]})"')
+    return lines
+
+
+# c10::DeviceType values of the leaves, by torch.device.type (what state tensors report).
+_DEVICE_TYPES = {0: "cpu", 1: "cuda"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import struct
 import threading
 import types
 import warnings
@@ -16,7 +17,7 @@ import torch.utils._pytree as pytree
 
 from . import _C, _compat, aliasing
 from .config import Options
-from .errors import MissPolicyError, UnsupportedError
+from .errors import CaptureRaisedError, MissPolicyError, UnsupportedError
 from .lower import StateRef, lower, state_key
 
 log = logging.getLogger("trident")
@@ -24,10 +25,14 @@ log = logging.getLogger("trident")
 
 def _function_module(fn, npos: int, kwnames: list[str]) -> torch.nn.Module:
     """Lets torch.export capture a plain function: a module whose forward has one named parameter
-    per argument (export's dynamic_shapes are keyed by those names; *args forwards break it)."""
+    per argument (export's dynamic_shapes are keyed by those names; *args forwards break it). The
+    parameters are a0.. for positional arguments and k0.. for keyword arguments, whatever the
+    caller named them (`class`, `self`, `a0`, non-ASCII names are all fine): the forward passes
+    keyword j to fn under kwnames[j], so no name of the caller's is ever spelled in code."""
     params = [f"a{i}" for i in range(npos)]
-    sig = ", ".join(["self"] + params + (["*"] + kwnames if kwnames else []))
-    call = ", ".join(params + [f"{k}={k}" for k in kwnames])
+    kparams = [f"k{j}" for j in range(len(kwnames))]
+    sig = ", ".join(["self"] + params + (["*"] + kparams if kparams else []))
+    call = ", ".join(params + ([f"**dict(zip(self.kwnames, ({', '.join(kparams)},)))"] if kparams else []))
     ns: dict = {}
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
@@ -37,10 +42,12 @@ def _function_module(fn, npos: int, kwnames: list[str]) -> torch.nn.Module:
         module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
         module.owner = owner
         module.fn = fn.__func__
+        module.kwnames = tuple(kwnames)
         return module
     exec(f"def forward({sig}):\n    return self.fn({call})\n", ns)
     module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
     module.fn = fn
+    module.kwnames = tuple(kwnames)
     # Modules and parameters the function reaches through its closure or the globals it names: export
     # lifts a parameter only under a name of the module it exports (a KeyError otherwise), so they
     # become the wrapper's submodules and parameters.
@@ -112,6 +119,18 @@ def _capture_reason(e: Exception) -> str:
         text = text[1:-1]
     text = text.replace("\\'", "'").replace("FakeTensor", "Tensor")
     return f"{kind}: {text} (in {op}; the call would fail the same way eagerly)"
+
+
+def _raised_by_user_code(e: Exception) -> bool:
+    """Whether a capture failure is the traced code's own exception rather than something Dynamo or
+    the lowering cannot take: Dynamo's "Observed exception" (the user's `raise`, an IndexError of a
+    Python list), or an exception that is not Dynamo's (an op refusing its fake arguments)."""
+    from torch._dynamo.exc import TorchDynamoException, Unsupported
+    if isinstance(e, Unsupported):
+        return str(e).lstrip().startswith("Observed exception")
+    if isinstance(e, TorchDynamoException):
+        return bool(re.search(r": got \w+\(", str(e)))  # a fake-tensor call that raised (_capture_reason)
+    return not isinstance(e, (UnsupportedError, KeyError, AssertionError, NotImplementedError))
 
 
 def _capture_hint(e: Exception) -> str:
@@ -208,9 +227,17 @@ def capture_key(structure: str, leaves: list[dict], marks: set, grad_mode: bool)
                           sizes, layout))
         elif l["kind"] == 2:
             parts.append((2, None if k in ints else l["ival"]))
-        else:
-            parts.append((l["kind"], l["ival"], l["fval"]))
+        else:  # a float by its bits: -0.0 == 0.0, but a program that baked one in is wrong for the other
+            parts.append((l["kind"], l["ival"], struct.pack("<d", l["fval"])))
     return structure, frozenset(marks), grad_mode, tuple(parts)
+
+
+def _data_ptr(t: torch.Tensor) -> int:
+    """t's address, 0 for a tensor without plain storage."""
+    try:
+        return t.data_ptr()
+    except RuntimeError:
+        return 0
 
 
 def _module_layout(module) -> tuple | None:
@@ -256,6 +283,8 @@ class CompiledFunction:
         self._layout = None  # _module_layout at the captures (None: no module, or none yet)
         # (structure, overlapping leaf pairs) -> why such calls run eagerly (aliasing.py)
         self._overlap_eager: dict[tuple, str] = {}
+        self._pins_state = False  # some spec's guards hold state addresses (aliasing.state_guard_lines)
+        self._warming = threading.local()  # .depth > 0 inside trident.warmup on this thread
         scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs)
         self._scm = weakref.ref(scm)
         self._held = scm  # until detach()
@@ -275,7 +304,7 @@ class CompiledFunction:
         return scm
 
     # ---- miss path -------------------------------------------------------------------------
-    def _on_miss(self, *args, **kwargs):
+    def _on_miss(self, /, *args, **kwargs):
         with self.lock:
             self._check_arguments(args, kwargs)
             structure, leaves = _C.describe_args(*args, **kwargs)
@@ -285,19 +314,41 @@ class CompiledFunction:
                 return NotImplemented  # another thread compiled it while we waited for the lock
             margs, mkwargs, values = _mark_leaves(args, kwargs)
             pairs = tuple(aliasing.overlapping_pairs(values))
-            if pairs and (structure, pairs) in self._overlap_eager:
-                return self._fallback(args, kwargs, self._overlap_eager[(structure, pairs)])
+            # Export merges an argument that is a parameter or buffer with it: capture from a copy.
+            in_state = tuple(aliasing.leaves_overlapping(values, self._module_tensors()))
+            overlap_key = (structure, pairs) if not in_state else \
+                (structure, pairs, in_state, capture_key(structure, leaves, set(), torch.is_grad_enabled()))
+            if (pairs or in_state) and overlap_key in self._overlap_eager:
+                return self._fallback(args, kwargs, self._overlap_eager[overlap_key])
             reasons = self.scm.explain_call(*args, **kwargs)
             if reasons:
                 log.info("trident: recompiling %s: %s", self.name,
                          "; ".join(f"spec {i}: {why}" for i, why in reasons))
-            if self.options.on_miss != "compile" or len(reasons) >= self.options.max_specializations:
+            warming = getattr(self._warming, "depth", 0) > 0
+            if (self.options.on_miss != "compile" and not warming) or len(reasons) >= self.options.max_specializations:
                 return self._apply_policy(args, kwargs, reasons)
-            if pairs:
-                why = self._compile_overlapping(args, kwargs, (margs, mkwargs), structure, leaves, pairs)
-                return NotImplemented if why is None else self._fallback(args, kwargs, why)
-            self._compile(args, kwargs, structure, leaves)
-            return NotImplemented
+            try:
+                if pairs or in_state:
+                    why = self._compile_overlapping(args, kwargs, (margs, mkwargs), structure, leaves, pairs,
+                                                    in_state, overlap_key)
+                else:
+                    why = self._compile(args, kwargs, structure, leaves)
+            except CaptureRaisedError as e:
+                # The function's own exception: eager raises it as the user wrote it (their type, their
+                # line). Should it not, the eager result stands, said once.
+                result = self.fn(*args, **kwargs)
+                self._warn_fallback(f"{e}; this call ran the original function eagerly, which did not raise",
+                                    stacklevel=3)
+                return result
+            return NotImplemented if why is None else self._fallback(args, kwargs, why)
+
+    def warm(self, args, kwargs):
+        """trident.warmup: this thread's call compiles on a miss whatever the on_miss policy."""
+        self._warming.depth = getattr(self._warming, "depth", 0) + 1
+        try:
+            return self.scm(*args, **kwargs)
+        finally:
+            self._warming.depth -= 1
 
     def _check_arguments(self, args, kwargs):
         if self.signature is None:
@@ -330,15 +381,20 @@ class CompiledFunction:
         return self.fn(*args, **kwargs)
 
     def _fallback(self, args, kwargs, reason: str):
+        self._warn_fallback(reason)
+        return self.fn(*args, **kwargs)
+
+    def _warn_fallback(self, reason: str, stacklevel: int = 4):
+        """Count a call that runs eagerly, and say why once per reason (the warning points at the
+        caller's line: `stacklevel` frames up from here)."""
         if reason not in self._fallback_logged:
             self._fallback_logged.add(reason)
             msg = f"trident: {self.name}: {reason}"
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
             log.info(msg)  # the warning is what the user sees; at WARNING, logging printed it twice
         self.scm.note_fallback()
-        return self.fn(*args, **kwargs)
 
-    def lower_call(self, *args, **kwargs):
+    def lower_call(self, /, *args, **kwargs):
         """Capture and lower for these arguments without compiling or installing anything: the
         host IR a miss would add (an inspection aid, also used by tests on machines without a GPU)."""
         structure, leaves = _C.describe_args(*args, **kwargs)
@@ -347,10 +403,12 @@ class CompiledFunction:
         with self.lock:
             return self._lower(args, kwargs, structure, leaves)
 
-    def _compile_overlapping(self, args, kwargs, marked, structure, leaves, pairs) -> str | None:
-        """Compile a call whose tensors overlap from distinct copies of them (aliasing.py); None when
-        the spec is installed, else why calls like it run eagerly (then remembered)."""
-        cap_args, cap_kwargs = aliasing.distinct_copies(marked, (args, kwargs), list(pairs))
+    def _compile_overlapping(self, args, kwargs, marked, structure, leaves, pairs, in_state, key) -> str | None:
+        """Compile a call whose tensors overlap each other (`pairs`) or module state (`in_state`) from
+        distinct copies of them (aliasing.py); None when the spec is installed, else why calls like it
+        run eagerly (then remembered under `key`)."""
+        copies = list(pairs) + [(-1, k) for k in in_state]
+        cap_args, cap_kwargs = aliasing.distinct_copies(marked, (args, kwargs), copies)
         lowered = self._lower(cap_args, cap_kwargs, structure, leaves)
         names = _leaf_names(args, kwargs, self.signature)
         written = [(i, j) for i, j in pairs if i in lowered.written or j in lowered.written]
@@ -361,18 +419,56 @@ class CompiledFunction:
             why = (f"arguments {names[i]} and {names[j]} share memory and the function writes {w}; "
                    "compiled code assumes a written tensor overlaps no other argument, so calls like "
                    "this run the original function eagerly")
+        elif (clash := self._state_clash(lowered, args, kwargs)) is not None:
+            why = clash
         elif (reject := _C.spec_rejects(lowered.text, *args, **kwargs)):
-            why = f"arguments {names[pairs[0][0]]} and {names[pairs[0][1]]} share memory ({reject}); running eagerly"
+            what = (f"arguments {names[pairs[0][0]]} and {names[pairs[0][1]]}" if pairs
+                    else f"argument {names[in_state[0]]} and module state")
+            why = f"{what} share memory ({reject}); running eagerly"
         if why is not None:
-            self._overlap_eager[(structure, pairs)] = why
+            self._overlap_eager[key] = why
             return why
         self._install(lowered)
         return None
 
-    def _compile(self, args, kwargs, structure: str, leaves: list[dict]):
-        self._install(self._lower(args, kwargs, structure, leaves))
+    def _module_tensors(self) -> list:
+        """The parameters and buffers the function may read: the compiled module's, or those of the
+        modules and parameters a plain function reaches (_reached_state)."""
+        roots = [self.module] if self.module is not None else list(_reached_state(self.fn).values())
+        owner = getattr(self.fn, "__self__", None)
+        if isinstance(owner, torch.nn.Module):
+            roots.append(owner)
+        out = []
+        for r in roots:
+            if isinstance(r, torch.nn.Module):
+                out += list(r.parameters()) + list(r.buffers())
+            elif isinstance(r, torch.Tensor):
+                out.append(r)
+        return out
+
+    def _compile(self, args, kwargs, structure: str, leaves: list[dict]) -> str | None:
+        """Capture, lower and install a spec for this call; None when installed, else why the call
+        runs eagerly instead (a written argument that is also module state the program reads)."""
+        lowered = self._lower(args, kwargs, structure, leaves)
+        why = self._state_clash(lowered, args, kwargs)
+        if why is None:
+            self._install(lowered)
+        return why
+
+    def _state_clash(self, lowered, args, kwargs) -> str | None:
+        """Why this call must run eagerly because an argument the program writes is (or overlaps)
+        module state it reads; None when none is."""
+        _, _, values = _mark_leaves(args, kwargs)
+        clash = aliasing.state_overlaps(lowered.written, values, lowered.state, lowered.state_written)
+        if not clash:
+            return None
+        k, target = clash[0]
+        return (f"argument {_leaf_names(args, kwargs, self.signature)[k]} shares memory with {target}, which "
+                "the function reads, and the function writes one of them; compiled code assumes what it "
+                "writes overlaps nothing else it reads, so calls like this run the original function eagerly")
 
     def _install(self, lowered):
+        self._pins_state = self._pins_state or bool((lowered.written or lowered.state_written) and lowered.state)
         self.scm.set_state([r.tensor for r in self.state])
         self.scm.add_spec(lowered.text)
         self.last_ops.append(lowered.ops)
@@ -427,7 +523,10 @@ class CompiledFunction:
                 if self.signature is not None else None
         else:
             wrapper = _function_module(self.fn, len(ex_args), list(ex_kwargs))
-            names = [f"a{i}" for i in range(len(ex_args))] + list(ex_kwargs)
+            names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
+            # keyword arguments travel under the wrapper's own parameter names (_function_module)
+            ex_kwargs = dict(zip(names[len(ex_args):], ex_kwargs.values()))
+            m_kwargs = dict(zip(names[len(ex_args):], m_kwargs.values()))
             self._state_owner = wrapper  # same submodule names at every capture
         dynamic_shapes = None
         if marks and names is not None:
@@ -459,7 +558,8 @@ class CompiledFunction:
         except UnsupportedError:
             raise
         except Exception as e:  # capture failures name the construct; keep the original as cause
-            raise UnsupportedError(
+            error = CaptureRaisedError if _raised_by_user_code(e) else UnsupportedError
+            raise error(
                 f"{self.name}: capture failed, so this call cannot be compiled: {_capture_reason(e)}"
                 f"{_capture_hint(e)}") from e
         n_user = sum(1 for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT")
@@ -487,6 +587,7 @@ class CompiledFunction:
             key = ("constant", id(ref.tensor))
         if key not in self._state_keys:
             ref.shape_key = state_key(ref.tensor)
+            ref.data_ptr = _data_ptr(ref.tensor)
             self._state_keys[key] = len(self.state)
             self.state.append(ref)
         return self._state_keys[key]
@@ -514,9 +615,12 @@ class CompiledFunction:
                 if not isinstance(now, torch.Tensor):  # a buffer set to None
                     invalid = True
                     continue
-                # Triton specializations may assume a state tensor's pointer is 16-byte aligned.
-                realigned = now.data_ptr() % 16 != ref.tensor.data_ptr() % 16
-                if now is not ref.tensor or state_key(now) != ref.shape_key or realigned:
+                # Triton specializations may assume a state tensor's pointer is 16-byte aligned, and
+                # a spec that writes an argument holds the state's addresses in its overlap guards
+                # (aliasing.state_guard_lines).
+                moved = _data_ptr(now) != ref.data_ptr if self._pins_state else \
+                    _data_ptr(now) % 16 != ref.data_ptr % 16
+                if now is not ref.tensor or state_key(now) != ref.shape_key or moved:
                     ref.tensor = now
                     invalid = True
             if self._layout is not None and self._layout != _module_layout(self.module):
@@ -529,4 +633,6 @@ class CompiledFunction:
                 self._state_keys.clear()
                 self._captures.clear()
                 self._layout = None
+                self._pins_state = False
+                self._overlap_eager.clear()
             self.scm.set_state([r.tensor for r in self.state])

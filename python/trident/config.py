@@ -40,7 +40,9 @@ class Options:
     max_specializations: how many specializations one function may hold; a miss beyond it follows
         `on_miss` as if it were "eager" (or "error" when on_miss="error"), logged once.
     on_miss: "compile" (capture and add a specialization), "error" (raise MissPolicyError naming the
-        failed guard), or "eager" (run the original function, counted as a fallback).
+        failed guard), or "eager" (run the original function, counted as a fallback). Under "error"
+        and "eager", `trident.warmup(fast, *args)` compiles the specializations a deployment expects
+        (a warm-up call compiles whatever the policy), so later misses are errors or eager calls.
     dynamic: None (automatic: a tensor size or Python int seen with two values becomes symbolic, as
         torch.compile's automatic dynamic does), True (symbolic from the first call wherever the trace
         allows), False (every size and int is a guard: one specialization per signature).

@@ -30,6 +30,12 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
 
     def dim_guard(k, what, d, concrete, traced):
         field = f"L{k}.{what}" + ("" if d is None else f"[{d}]")
+        # A size the program holds as a number is guarded at the number it holds, not at this call's
+        # value: a capture reused for another call (compiled.py) may have specialized it elsewhere.
+        if isinstance(traced, torch.SymInt) and traced.node.expr.is_number:
+            traced = int(traced.node.expr)
+        if type(traced) is int:
+            return [f"guard {field} == {traced}"]
         if not isinstance(traced, torch.SymInt) or syms is None:
             return [f"guard {field} == {concrete}"]
         expr = traced.node.expr

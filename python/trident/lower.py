@@ -64,7 +64,21 @@ def dtype_code(dtype: torch.dtype) -> int:
 
 
 def _quote(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """A host IR string literal, spelled as the C++ printer spells it (ir::quote): printable ASCII
+    other than '"', '\\' and '?' as itself, every other UTF-8 byte as a three-digit octal escape.
+    No character of user text (an output key, a custom op's string argument) can end the literal,
+    form a trigraph or split a line, in the IR or in the generated C, and every byte round-trips."""
+    out = []
+    for b in s.encode("utf-8", "surrogatepass"):
+        if b in (0x22, 0x5C):
+            out.append("\\" + chr(b))
+        elif b == 0x0A:
+            out.append("\\n")
+        elif 0x20 <= b < 0x7F and b != 0x3F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
 
 
 @dataclass
@@ -74,6 +88,7 @@ class StateRef:
     target: str    # fully qualified name, or the constant's name
     tensor: torch.Tensor
     shape_key: tuple = ()  # state_key(tensor) when the specializations were traced
+    data_ptr: int = 0      # its address then (`.data = ...` keeps the object and moves the memory)
 
 
 def state_key(t: torch.Tensor) -> tuple:
@@ -92,6 +107,7 @@ class Lowered:
     guards: list[str] = field(default_factory=list)        # guards the body relies on (alignment)
     kernel_notes: list[tuple] = field(default_factory=list)
     written: set = field(default_factory=set)  # user tensor leaves the program writes
+    state_written: set = field(default_factory=set)  # names of the buffers the program writes
 
 
 def _written_view(node: fx.Node, kind: str):
@@ -627,19 +643,47 @@ class _Lowerer:
         return written
 
 
+# c10's names of the dtypes, as eager's casting error spells them.
+_C10_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+                    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
+                    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+
+
+def _check_inplace_casts(ep):
+    """An in-place op is functionalized into its functional op, a `_to_copy` to the input's dtype
+    and a write-back, and `_to_copy` casts whatever the op computed. Eager's in-place op refuses a
+    result its input's dtype cannot hold (`int_tensor.mul_(1.5)`); so does this call, with eager's
+    error. (`copy_` itself casts in eager too, and `.to()` is an explicit cast: neither is checked.)"""
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten._to_copy.default or not node.args:
+            continue
+        source = (node.meta.get("source_fn_stack") or [("", None)])[-1][0]
+        if not source.endswith("_") or source.startswith("copy_") or source.startswith("__"):
+            continue
+        src, out = node.args[0].meta.get("val"), node.meta.get("val")
+        if isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor) and not torch.can_cast(src.dtype, out.dtype):
+            name = lambda d: _C10_DTYPE_NAMES.get(d, str(d).replace("torch.", ""))  # noqa: E731
+            raise RuntimeError(f"result type {name(src.dtype)} can't be cast to the desired output type "
+                               f"{name(out.dtype)}")
+
+
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
           state_index, leaf_values: list | None = None, unguarded: frozenset[int] = frozenset()) -> Lowered:
     """The full spec text: header, guards, kernels, body. `unguarded`: tensor leaves that written
     leaves are not guarded against overlapping (aliasing.guard_lines)."""
+    _check_inplace_casts(ep)
     lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values, grad_mode)
     body = lw.run()
     written = aliasing.written_leaves(ep, leaf_of_input)
+    state_written = aliasing.written_state(ep)
     itemsize = {k: f.element_size() for k, f in lw.fakes.items() if isinstance(f, torch.Tensor)}
     lines = [f"spec 0 structure {_quote(structure)} {{"]
     lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards
-              + aliasing.guard_lines(written, leaves, itemsize, unguarded)]
+              + aliasing.guard_lines(written, leaves, itemsize, unguarded)
+              + aliasing.state_guard_lines(written, leaves, itemsize, body.state, state_written)]
     lines += ["  " + k for k in body.kernels]
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")
     return Lowered("\n".join(lines) + "\n", body.state, body.ops, body.kernels, body.guards, body.kernel_notes,
-                   written)
+                   written, state_written)

@@ -92,6 +92,24 @@ def test_on_miss_error_names_the_failed_guard():
         fast(torch.randn(3))
 
 
+@pytest.mark.parametrize("policy", ["error", "eager"])
+def test_warmup_compiles_what_a_strict_policy_then_serves(policy):
+    """on_miss="error" or "eager" alone could never compile anything: trident.warmup does."""
+    fast = trident.compile(lambda x: x * 2, on_miss=policy, dynamic=False)
+    assert torch.equal(trident.warmup(fast, torch.ones(3)), torch.full((3,), 2.0))
+    assert torch.equal(fast(torch.ones(3)), torch.full((3,), 2.0))
+    c = trident.counters(fast)
+    assert c["compiles"] == 1 and c["hits"] == 1
+    if policy == "error":
+        with pytest.raises(trident.MissPolicyError, match="L0.size"):
+            fast(torch.ones(4))
+    else:
+        assert torch.equal(fast(torch.ones(4)), torch.full((4,), 2.0))
+        assert trident.counters(fast)["fallbacks"] == 1
+    assert torch.equal(trident.warmup(fast, torch.ones(3)), torch.full((3,), 2.0))  # a hit: nothing compiled
+    assert trident.counters(fast)["compiles"] == 1
+
+
 def test_cap_falls_back_to_eager_and_logs_once(caplog):
     fast = trident.compile(lambda x, n: x * n, max_specializations=2, dynamic=False)
     x = torch.randn(4)

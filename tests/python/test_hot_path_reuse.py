@@ -344,10 +344,12 @@ def test_deterministic_fill_of_new_memory_turns_reuse_off():
     fast(x, y)
     torch.use_deterministic_algorithms(True)
     try:
+        fast(x, y)  # deterministic mode is a setting of its own specialization: compiled here
         assert aten_calls(fast, x, y) == 1  # allocates (and fills) every call, as eager does
         torch.testing.assert_close(fast(x, y), stacked_sum(x, y), rtol=0, atol=0)
     finally:
         torch.use_deterministic_algorithms(False)
+    fast(x, y)  # refills the pool (the deterministic specialization's runs kept nothing)
     assert aten_calls(fast, x, y) == 0
 
 
@@ -385,6 +387,7 @@ def test_empty_like_of_a_dense_template_skips_the_dispatcher_and_matches_eager()
             assert aten_calls(fn, x, name="aten::empty_like") == 1
             torch.use_deterministic_algorithms(True)  # the fill needs ATen's own empty_like
             try:
+                fast(x)  # a specialization of its own (the setting is guarded): compiled here
                 assert aten_calls(fast, x, name="aten::empty_like") == 1
                 torch.testing.assert_close(fast(x), fn(x), rtol=0, atol=0)
             finally:

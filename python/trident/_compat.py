@@ -3,6 +3,8 @@ is handled here and nowhere else."""
 from __future__ import annotations
 
 import contextlib
+import inspect
+import operator
 import sys
 import threading
 
@@ -217,17 +219,161 @@ def _install_ttir_scalar_fix() -> bool:
     return True
 
 
+def _symint_positions(key):
+    """For an indexing key (a Dynamo VariableTracker) of basic indexing (ints, slices, None; no
+    Ellipsis) with symbolic ints among its items (`cache[:, :, pos]`, `pos` kept symbolic): the key
+    with each symbolic int replaced by a full slice, and the dims of that key's result that the
+    symbolic ints then select from. None for any other key."""
+    from torch._dynamo.variables import ConstantVariable, SliceVariable, SymNodeVariable, TupleVariable
+    from torch._dynamo.variables.base import VariableTracker
+    items = list(key.items) if isinstance(key, TupleVariable) else [key]
+    out, selects, dim = [], [], 0
+    for item in items:
+        if isinstance(item, SymNodeVariable) and item.python_type() is int:
+            selects.append((dim, item))
+            out.append(None)  # a full slice, made below
+            dim += 1
+        elif isinstance(item, SliceVariable):
+            out.append(item)
+            dim += 1
+        elif isinstance(item, ConstantVariable) and (item.value is None or type(item.value) is int):
+            out.append(item)
+            dim += item.value is None
+        else:
+            return None
+    return (out, selects) if selects else None
+
+
+def _symint_view(self, tx, key):
+    """`self[key]` for a key _symint_positions accepts, traced as indexing with full slices in place
+    of the symbolic ints, then `select(dim, pos)` for each, last dim first: Tensor.__getitem__ and
+    __setitem__ convert an index with `__index__()`, which specializes `pos` to its value (one
+    specialization per decode position), while select takes a SymInt. None for other keys."""
+    found = _symint_positions(key)
+    if found is None:
+        return None
+    from torch._dynamo.variables import ConstantVariable, TupleVariable
+    from torch._dynamo.variables.base import VariableTracker
+    items, selects = found
+    full = VariableTracker.build(tx, slice(None, None, None))
+    items = [full if it is None else it for it in items]
+    view = self.call_method(tx, "__getitem__", [TupleVariable(items)], {})
+    for dim, pos in reversed(selects):
+        view = view.call_method(tx, "select", [ConstantVariable.create(dim), pos], {})
+    return view
+
+
+def _install_symint_indexing() -> bool:
+    """Symbolic ints as indices during trident's capture (_symint_view): `x[..., pos]` reads and
+    `x[..., pos] = value` writes, the latter as an in-place `copy_` (a tensor value) or `fill_` (a
+    number) into the view, as basic indexing assigns. A value of more dimensions than the view
+    (setitem drops its leading 1s) keeps Dynamo's own path."""
+    try:
+        from torch._dynamo.variables import BuiltinVariable, ConstantVariable
+        from torch._dynamo.variables.tensor import TensorVariable
+    except ImportError:
+        return False
+    get, put = TensorVariable.method___getitem__, TensorVariable.method___setitem__
+    builtin_call = BuiltinVariable.call_function
+    if getattr(put, "_trident_fix", False):
+        return True
+
+    def call_function(self, tx, args, kwargs):  # `x[key]` reaches Dynamo as operator.getitem(x, key)
+        if (getattr(_capture, "active", False) and self.fn is operator.getitem and len(args) == 2 and not kwargs
+                and isinstance(args[0], TensorVariable)):
+            view = _symint_view(args[0], tx, args[1])
+            if view is not None:
+                return view
+        return builtin_call(self, tx, args, kwargs)
+
+    def method___getitem__(self, tx, *args, **kwargs):
+        if getattr(_capture, "active", False) and len(args) == 1 and not kwargs:
+            view = _symint_view(self, tx, args[0])
+            if view is not None:
+                return view
+        return get(self, tx, *args, **kwargs)
+
+    def method___setitem__(self, tx, key, value):
+        if not getattr(_capture, "active", False) or _symint_positions(key) is None:
+            return put(self, tx, key, value)
+        if isinstance(value, TensorVariable):
+            fv = value.as_proxy().node.meta.get("example_value")
+            view = _symint_view(self, tx, key)
+            vv = view.as_proxy().node.meta.get("example_value")
+            if fv is None or vv is None or fv.dim() > vv.dim():
+                return put(self, tx, key, value)
+            view.call_method(tx, "copy_", [value], {})
+        else:
+            _symint_view(self, tx, key).call_method(tx, "fill_", [value], {})
+        return ConstantVariable.create(None)
+
+    method___setitem__._trident_fix = True
+    TensorVariable.method___getitem__ = method___getitem__
+    TensorVariable.method___setitem__ = method___setitem__
+    BuiltinVariable.call_function = call_function
+    return True
+
+
+def _install_triton_launch_options() -> bool:
+    """Two launches Triton runs that Dynamo's capture of user kernels refuses, made capturable
+    during trident's capture (the backend's graphs keep Dynamo's own behaviour):
+      - `kernel[grid](..., num_ctas=2)`: Dynamo raises "Passing num_ctas directly ... is not
+        supported", though it moves num_warps and num_stages into a one-config autotuner itself;
+        num_ctas goes the same way (a kernel already under @triton.autotune keeps the refusal, as
+        Triton itself refuses the combination);
+      - a constexpr the call omits because its parameter has a default: a grid lambda reading
+        META["BLOCK"] failed on a missing key; the default is passed as Triton binds it."""
+    try:
+        from torch._dynamo.variables import ConstantVariable
+        from torch._dynamo.variables.functions import DynamoTritonHOPifier
+        from triton import Config, JITFunction
+        from triton.runtime.autotuner import Autotuner, autotune
+    except ImportError:
+        return False
+    orig = DynamoTritonHOPifier.call_triton_kernel
+    if getattr(orig, "_trident_fix", False):
+        return True
+
+    def call_triton_kernel(self, variable, args, kwargs, tx):
+        if not getattr(_capture, "active", False):
+            return orig(self, variable, args, kwargs, tx)
+        jit = variable.kernel
+        while not isinstance(jit, JITFunction) and hasattr(jit, "fn"):
+            jit = jit.fn
+        if isinstance(jit, JITFunction):
+            given = set(jit.arg_names[:len(args)]) | set(kwargs)
+            for p in jit.params:
+                if p.is_constexpr and p.name not in given and p.default is not inspect.Parameter.empty:
+                    kwargs = {**kwargs, p.name: ConstantVariable.create(p.default)}
+        if "num_ctas" in kwargs and not isinstance(variable.kernel, Autotuner):
+            kwargs = dict(kwargs)
+            config = Config({}, num_ctas=self.get_value(kwargs.pop("num_ctas")))
+            tuned = autotune(configs=[config], key=[])(variable.kernel)
+            if hasattr(self, "recreate_variable"):  # torch 2.13
+                variable = self.recreate_variable(variable, kernel=tuned, kernel_idx=None, grid=variable.grid)
+            else:  # torch 2.11 makes its own one-config autotuners this way
+                variable = type(variable)(kernel=tuned, kernel_idx=None, grid=variable.grid)
+        return orig(self, variable, args, kwargs, tx)
+
+    call_triton_kernel._trident_fix = True
+    DynamoTritonHOPifier.call_triton_kernel = call_triton_kernel
+    return True
+
+
 _install_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def capturing():
     """What trident changes in torch while it captures (export, or the backend's AOT trace), and
-    only then: no real-value copies of lifted tensors, scalar-correct Triton mutation analysis, and
-    (during export_program) a record of the graphs Dynamo installs as globals."""
+    only then: no real-value copies of lifted tensors, scalar-correct Triton mutation analysis,
+    symbolic int indices, Triton launches with num_ctas or defaulted constexprs, and (during
+    export_program) a record of the graphs Dynamo installs as globals."""
     with _install_lock:
         _install_real_value_alias()
         _install_ttir_scalar_fix()
+        _install_symint_indexing()
+        _install_triton_launch_options()
         _install_global_recorder()
     prev = getattr(_capture, "active", False)
     _capture.active = True

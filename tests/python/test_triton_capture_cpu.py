@@ -181,3 +181,31 @@ def test_respecialization_for_a_new_divisibility_reuses_the_captured_program(mon
     assert (c["specializations"], c["compiles"], len(exports)) == (2, 2, 1)
     texts = trident.controller(fast).scm.ir()
     assert "% 16) == 0)" in texts and "% 16) != 0)" in texts
+
+
+@triton.jit
+def _doubled_with_defaults(x_ptr, n, BLOCK: tl.constexpr = 128):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+def _grid_reads_a_defaulted_constexpr(x):
+    n = x.numel()
+    _doubled_with_defaults[lambda META: (triton.cdiv(n, META["BLOCK"]),)](x, n)
+    return x + 1
+
+
+def _two_cta_clusters(x):
+    n = x.numel()
+    _doubled_with_defaults[(triton.cdiv(n, 128),)](x, n, num_ctas=2)
+    return x + 1
+
+
+@pytest.mark.parametrize("fn, ctas", [(_grid_reads_a_defaulted_constexpr, 1), (_two_cta_clusters, 2)],
+                         ids=["defaulted_constexpr_in_grid", "num_ctas"])
+def test_launches_dynamo_alone_refuses_are_captured(fn, ctas):
+    lowered, _ = _spec_text(fn, torch.randn(1024))
+    (decl,) = [line for line in lowered.text.splitlines() if line.strip().startswith("kernel ")]
+    assert f" ctas {ctas} " in decl, decl
+    assert re.search(r"launch 0 grid\(8, 1, 1\) \(%0, 1024\)", lowered.text), lowered.text

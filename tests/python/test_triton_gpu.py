@@ -432,6 +432,34 @@ def test_constexpr_default_not_passed():
            ref=lambda x: (x.clamp(-0.5, 0.5), x.clamp(-0.5, 0.5) ** 2))
 
 
+def clamp_default_read_by_the_grid(x):
+    out = torch.empty_like(x)
+    n = x.numel()
+    clamp_kernel[lambda META: (triton.cdiv(n, META["BLOCK"]),)](x, out, n, -0.5, 0.5)  # BLOCK defaulted
+    return out
+
+
+def test_constexpr_default_read_by_a_grid_lambda():
+    """Dynamo alone fails here (a META key the call omitted): trident's capture passes the default."""
+    require_cuda()
+    _check(clamp_default_read_by_the_grid, lambda: (randn(3000),), ref=lambda x: x.clamp(-0.5, 0.5))
+
+
+def clamp_on_two_cta_clusters(x):
+    out = torch.empty_like(x)
+    n = x.numel()
+    clamp_kernel[(triton.cdiv(n, 512),)](x, out, n, -0.5, 0.5, num_ctas=2)
+    return out
+
+
+def test_num_ctas_passed_at_the_launch():
+    """A cluster launch (num_ctas=2 on Hopper): Dynamo refuses it as a launch keyword; trident's
+    capture moves it into a one-config autotuner as Dynamo does num_warps."""
+    require_cuda()
+    fast = _check(clamp_on_two_cta_clusters, lambda: (randn(3000),), ref=lambda x: x.clamp(-0.5, 0.5))
+    assert " ctas 2 " in trident.explain(fast)
+
+
 # ---------------------------------------------------------------------------------------------
 # 9. int, float, bool and None arguments (optional bias pointer with a HAS_BIAS constexpr)
 # ---------------------------------------------------------------------------------------------

@@ -225,7 +225,6 @@ def _symint_positions(key):
     with each symbolic int replaced by a full slice, and the dims of that key's result that the
     symbolic ints then select from. None for any other key."""
     from torch._dynamo.variables import ConstantVariable, SliceVariable, SymNodeVariable, TupleVariable
-    from torch._dynamo.variables.base import VariableTracker
     items = list(key.items) if isinstance(key, TupleVariable) else [key]
     out, selects, dim = [], [], 0
     for item in items:
@@ -252,11 +251,10 @@ def _symint_view(self, tx, key):
     found = _symint_positions(key)
     if found is None:
         return None
-    from torch._dynamo.variables import ConstantVariable, TupleVariable
-    from torch._dynamo.variables.base import VariableTracker
+    from torch._dynamo.variables import ConstantVariable, SliceVariable, TupleVariable
     items, selects = found
-    full = VariableTracker.build(tx, slice(None, None, None))
-    items = [full if it is None else it for it in items]
+    # SliceVariable([None]): `:`. (torch 2.11's VariableTracker.build cannot make a slice.)
+    items = [SliceVariable([ConstantVariable.create(None)]) if it is None else it for it in items]
     view = self.call_method(tx, "__getitem__", [TupleVariable(items)], {})
     for dim, pos in reversed(selects):
         view = view.call_method(tx, "select", [ConstantVariable.create(dim), pos], {})

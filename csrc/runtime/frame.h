@@ -23,4 +23,7 @@ struct trd_frame {
   bool below_autograd = false;              // the run cannot record autograd history (scm_object.cpp)
   bool keeps_buffers = true;                // no Python dispatch mode sees the run (buffer_reuse.h)
   std::string error;                        // set by a failing runtime call
+  // The kind of c10 error it was, so the caller gets the Python type eager's op raises (c10's
+  // IndexError is Python's IndexError, and so on); kRuntime for anything else.
+  enum class ErrorKind : uint8_t { kRuntime, kIndex, kValue, kType, kNotImplemented } error_kind = ErrorKind::kRuntime;
 };

@@ -8,6 +8,17 @@
 namespace trident::runtime {
 namespace {
 
+using Kind = trd_frame::ErrorKind;
+
+// The Python type eager's op raises for this c10 error (torch/csrc/Exceptions.h maps the same way).
+Kind kind_of(const c10::Error& e) {
+  if (dynamic_cast<const c10::IndexError*>(&e)) return Kind::kIndex;
+  if (dynamic_cast<const c10::ValueError*>(&e)) return Kind::kValue;
+  if (dynamic_cast<const c10::TypeError*>(&e)) return Kind::kType;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return Kind::kNotImplemented;
+  return Kind::kRuntime;
+}
+
 int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
   const AtenSite& s = f->module->aten_site(site);
   try {
@@ -15,6 +26,7 @@ int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
     return 0;
   } catch (const c10::Error& e) {
     f->error = s.name + ": " + e.what_without_backtrace();
+    f->error_kind = kind_of(e);
   } catch (const std::exception& e) {
     f->error = s.name + ": " + e.what();
   }
@@ -28,6 +40,7 @@ int rt_launch(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* d
     return 0;
   } catch (const c10::Error& e) {
     f->error = "Triton kernel " + s.name + ": " + e.what_without_backtrace();
+    f->error_kind = kind_of(e);
   } catch (const std::exception& e) {
     f->error = "Triton kernel " + s.name + ": " + e.what();
   }

@@ -124,6 +124,18 @@ constexpr auto kReleaseGilAfter = std::chrono::microseconds(20);
 constexpr uint32_t kTimedEvery = 16;
 constexpr uint32_t kLongInARow = 3;
 
+// The Python exception type of a failed run, as eager's op would raise it.
+PyObject* python_error_type(trd_frame::ErrorKind kind) {
+  switch (kind) {
+    case trd_frame::ErrorKind::kIndex: return PyExc_IndexError;
+    case trd_frame::ErrorKind::kValue: return PyExc_ValueError;
+    case trd_frame::ErrorKind::kType: return PyExc_TypeError;
+    case trd_frame::ErrorKind::kNotImplemented: return PyExc_NotImplementedError;
+    case trd_frame::ErrorKind::kRuntime: break;
+  }
+  return PyExc_RuntimeError;
+}
+
 // Runs one specialization. Called with the GIL held. Runs of one SCM take turns on its run lock
 // (its call sites keep per-site state): a run holding the GIL only try-locks it, and one that must
 // wait releases the GIL first and runs without it, so no thread ever waits for the lock while
@@ -172,7 +184,7 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   }
   PyObject* out = nullptr;
   if (!ok)
-    PyErr_SetString(PyExc_RuntimeError, f.error.c_str());
+    PyErr_SetString(python_error_type(f.error_kind), f.error.c_str());
   else
     out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), state->tensors.data(),
                        out_ints.data());
@@ -201,13 +213,22 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
       }
     }
     ++st->misses;
-    PyObject* r = PyObject_Vectorcall(st->on_miss, args, nargsf, kwnames);  // new ref
-    if (!r || r != Py_NotImplemented) return r;
-    Py_DECREF(r);
-    // The miss handler compiled a specialization for exactly this call: it must now be selected.
-    std::shared_ptr<const runtime::LoadedModule> mod = st->loaded;
+    // The miss handler compiles a specialization for exactly this call and says so with
+    // NotImplemented: it must then be selected. Another thread may have changed the module's state
+    // (dropping every specialization) before this thread got the GIL back: then the state is read
+    // again and the miss handled again, a bounded number of times.
+    int32_t spec = -1;
+    std::shared_ptr<const runtime::LoadedModule> mod;
     trd_call call = make_call(flat);
-    int32_t spec = native && mod ? mod->select(call) : -1;
+    for (int attempt = 0; attempt < 4 && spec < 0; ++attempt) {
+      if (attempt > 0 && native && !state_ok(self)) return nullptr;
+      PyObject* r = PyObject_Vectorcall(st->on_miss, args, nargsf, kwnames);  // new ref
+      if (!r || r != Py_NotImplemented) return r;
+      Py_DECREF(r);
+      mod = st->loaded;
+      spec = native && mod ? mod->select(call) : -1;
+      if (!native) break;
+    }
     if (spec < 0) {
       std::string why = native ? "no specialization accepts the call it was compiled for"
                                : "arguments cannot be described natively (" + flat.unsupported + ")";

@@ -285,6 +285,9 @@ class CompiledFunction:
         self._overlap_eager: dict[tuple, str] = {}
         self._pins_state = False  # some spec's guards hold state addresses (aliasing.state_guard_lines)
         self._warming = threading.local()  # .depth > 0 inside trident.warmup on this thread
+        # capture_key (no symbolic marks) -> why calls like it run eagerly: their capture stopped on
+        # an exception eager did not raise (CaptureRaisedError)
+        self._eager_keys: dict[tuple, str] = {}
         scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs)
         self._scm = weakref.ref(scm)
         self._held = scm  # until detach()
@@ -320,6 +323,9 @@ class CompiledFunction:
                 (structure, pairs, in_state, capture_key(structure, leaves, set(), torch.is_grad_enabled()))
             if (pairs or in_state) and overlap_key in self._overlap_eager:
                 return self._fallback(args, kwargs, self._overlap_eager[overlap_key])
+            eager_why = self._eager_keys.get(capture_key(structure, leaves, set(), torch.is_grad_enabled()))
+            if eager_why is not None:
+                return self._fallback(args, kwargs, eager_why)
             reasons = self.scm.explain_call(*args, **kwargs)
             if reasons:
                 log.info("trident: recompiling %s: %s", self.name,
@@ -335,10 +341,12 @@ class CompiledFunction:
                     why = self._compile(args, kwargs, structure, leaves)
             except CaptureRaisedError as e:
                 # The function's own exception: eager raises it as the user wrote it (their type, their
-                # line). Should it not, the eager result stands, said once.
+                # line). Should it not, the eager result stands, said once, and calls with the same
+                # capture key run eagerly from then on without trying to capture again.
                 result = self.fn(*args, **kwargs)
-                self._warn_fallback(f"{e}; this call ran the original function eagerly, which did not raise",
-                                    stacklevel=3)
+                why = f"{e}; this call ran the original function eagerly, which did not raise"
+                self._eager_keys[capture_key(structure, leaves, set(), torch.is_grad_enabled())] = why
+                self._warn_fallback(why, stacklevel=3)
                 return result
             return NotImplemented if why is None else self._fallback(args, kwargs, why)
 
@@ -635,4 +643,5 @@ class CompiledFunction:
                 self._layout = None
                 self._pins_state = False
                 self._overlap_eager.clear()
+                self._eager_keys.clear()
             self.scm.set_state([r.tensor for r in self.state])

@@ -63,3 +63,20 @@ def test_keyword_names_python_accepts_work(names):
         assert torch.equal(fast(torch.ones(2), **kwargs), _kw_sum(torch.ones(2), **kwargs))
     c = trident.counters(fast)
     assert c["compiles"] == 1 and c["hits"] == 1 and c["fallbacks"] == 0
+
+
+def test_an_aten_error_on_a_hit_has_the_type_eager_raises():
+    """c10's IndexError (an index tensor out of range, found only at run time) is Python's
+    IndexError, as in eager; the function stays usable."""
+    fn = lambda x, idx: x[idx] * 2  # noqa: E731
+    fast = trident.compile(fn)
+    x = torch.arange(3.0)
+    assert torch.equal(fast(x, torch.tensor([2, 0])), fn(x, torch.tensor([2, 0])))
+    with pytest.raises(IndexError) as eager:
+        fn(x, torch.tensor([5, 0]))
+    with pytest.raises(IndexError) as ours:
+        fast(x, torch.tensor([5, 0]))
+    assert "out of bounds" in str(eager.value) and "out of bounds" in str(ours.value)
+    assert torch.equal(fast(x, torch.tensor([1, 1])), fn(x, torch.tensor([1, 1])))
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"]) == (1, 2), c

@@ -7,6 +7,7 @@ import inspect
 import operator
 import sys
 import threading
+import warnings
 
 import torch
 import torch.utils._pytree as pytree
@@ -32,7 +33,11 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
     installed, prev = [], getattr(_capture, "installed", None)
     _capture.installed = installed
     try:
-        with capturing():  # run_decompositions functionalizes, so it analyses Triton kernels too
+        with capturing(), warnings.catch_warnings():  # run_decompositions functionalizes: Triton kernels too
+            # torch's own deep copies of its LeafSpecs warn about LeafSpec's deprecation, hundreds of
+            # times a capture; the caller can do nothing about it.
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    category=FutureWarning)
             ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
             return ep.run_decompositions(_capture_decompositions())
     finally:

@@ -288,6 +288,8 @@ class CompiledFunction:
         # capture_key (no symbolic marks) -> why calls like it run eagerly: their capture stopped on
         # an exception eager did not raise (CaptureRaisedError)
         self._eager_keys: dict[tuple, str] = {}
+        # (structure, symbolic marks, grad mode) whose symbolic capture failed: static from then on
+        self._static_only: set = set()
         scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs)
         self._scm = weakref.ref(scm)
         self._held = scm  # until detach()
@@ -504,13 +506,32 @@ class CompiledFunction:
 
     def _lower(self, args, kwargs, structure: str, leaves: list[dict]):
         marks = self._dynamic_marks(structure, leaves)
-        if marks:
+        static_key = (structure, frozenset(marks), torch.is_grad_enabled())
+        if marks and static_key not in self._static_only:
             try:
                 return self._lower_with(args, kwargs, structure, leaves, marks)
+            except CaptureRaisedError:
+                raise
             except UnsupportedError as e:
-                log.info("trident: %s: symbolic capture failed (%s); compiling a static specialization",
-                         self.name, e)
+                # Not silent: every new value of what varies now costs a capture and a compile. Said
+                # once; later calls like it skip the symbolic attempt (it would fail the same way).
+                self._static_only.add(static_key)
+                names = _leaf_names(args, kwargs, self.signature)
+                varying = sorted({names[leaf] for _, leaf, *_ in marks if leaf < len(names)})
+                reason = str(e).strip().splitlines()[0][:300]
+                self._warn_once(
+                    f"the arguments that vary ({', '.join(varying)}) could not be captured symbolically "
+                    f"({reason}); each new value compiles a specialization of its own, up to "
+                    f"max_specializations={self.options.max_specializations}")
         return self._lower_with(args, kwargs, structure, leaves, set())
+
+    def _warn_once(self, reason: str):
+        """A one-time RuntimeWarning (and a log line) about a slower path that is not a fallback."""
+        if reason not in self._fallback_logged:
+            self._fallback_logged.add(reason)
+            msg = f"trident: {self.name}: {reason}"
+            warnings.warn(msg, RuntimeWarning, stacklevel=5)
+            log.info(msg)
 
     def _lower_with(self, args, kwargs, structure: str, leaves: list[dict], marks: set):
         margs, mkwargs, leaf_values = _mark_leaves(args, kwargs)

@@ -1,6 +1,7 @@
 """Dynamic shapes, miss policies, explain and thread safety of one compiled function."""
 import logging
 import threading
+import warnings
 
 import pytest
 import torch
@@ -167,3 +168,19 @@ def test_two_threads_one_missing_compile_once_and_agree():
     assert not errors and all(results) and len(results) == 200
     c = trident.counters(fast)
     assert c["compiles"] == 1 and c["specializations"] == 1
+
+
+def test_an_int_that_cannot_stay_symbolic_is_said_once_and_not_captured_symbolically_again():
+    """`n / 2` is a symbolic float, which the lowering cannot take: every new n compiles its own
+    specialization. That costs a capture per value, so it is said once (naming the argument), and
+    the symbolic capture that failed is not tried again for each new value."""
+    fn = lambda x, n: x * (n / 2)  # noqa: E731
+    fast = trident.compile(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in [2, 3, 4, 5, 3]:
+            assert torch.equal(fast(torch.ones(2), n), fn(torch.ones(2), n))
+    said = [str(w.message) for w in caught if "could not be captured symbolically" in str(w.message)]
+    assert len(said) == 1 and "(n)" in said[0], said
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"]) == (4, 1), c

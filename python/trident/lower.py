@@ -110,6 +110,20 @@ class Lowered:
     state_written: set = field(default_factory=set)  # names of the buffers the program writes
 
 
+def _user_line(node) -> str:
+    """The user's source line a graph node came from ('File "model.py", line 40, in forward: code'),
+    from the trace's stack; empty when unknown. Put before anything internal in lowering errors."""
+    trace = getattr(node, "meta", {}).get("stack_trace") if node is not None else None
+    if not trace:
+        return ""
+    frames = [ln.strip() for ln in trace.strip().splitlines()]
+    for k in range(len(frames) - 1, -1, -1):
+        if frames[k].startswith("File "):
+            code = frames[k + 1] if k + 1 < len(frames) and not frames[k + 1].startswith("File ") else ""
+            return frames[k] + (f": {code}" if code else "")
+    return ""
+
+
 def _written_view(node: fx.Node, kind: str):
     """The fake of the view a slice/select/copy scatter writes (its destination's region)."""
     args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
@@ -500,79 +514,86 @@ class _Lowerer:
         spec_by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
         user_k = 0
         state = self.state_refs
-        for node in self.ep.graph.nodes:
-            if node.op == "placeholder":
-                ispec = spec_by_name[node.name]
-                if ispec.kind == InputKind.USER_INPUT:
-                    leaf = self.leaf_of_input[user_k]
-                    user_k += 1
-                    if leaf is None:
-                        self.env[node] = ispec.arg.value if hasattr(ispec.arg, "value") else node.meta.get("val")
-                        continue
-                    if isinstance(leaf, tuple):  # a Python int: (leaf,)
-                        val = node.meta.get("val")
-                        if isinstance(val, torch.SymInt) and val.node.expr.is_number:
-                            val = int(val.node.expr)  # specialized by the trace after all
-                            self.fakes[leaf[0]] = node.meta.get("val")
-                        if isinstance(val, torch.SymInt):  # kept symbolic by the trace
-                            self.fakes[leaf[0]] = val
-                            self.bind_symbols(leaf[0], node, val)
-                            self.env[node] = val
-                        else:
-                            traced = ispec.arg.value if hasattr(ispec.arg, "value") else val
-                            self.env[node] = traced
-                            if type(traced) is int and leaf[0] not in self.fakes:
-                                # The program holds the traced value: guard that one, not this call's
-                                # (a capture reused for another value must be refused, then redone).
-                                self.fakes[leaf[0]] = traced
-                        continue
-                    v = self.value()
-                    self.lines.append(f"{v} = arg {leaf}")
-                    self.env[node] = v
-                    self.value_fakes[v] = node.meta.get("val")
-                    self.fakes[leaf] = node.meta.get("val")
-                    self.bind_symbols(leaf, node, node.meta.get("val"))
-                    if leaf < len(self.leaf_values):
-                        self.bases.append((node.meta["val"], self.leaf_values[leaf], leaf))
-                else:
-                    ref = self.state_ref(ispec)
+        node = None
+        try:
+            for node in self.ep.graph.nodes:
+                if node.op == "placeholder":
+                    ispec = spec_by_name[node.name]
+                    if ispec.kind == InputKind.USER_INPUT:
+                        leaf = self.leaf_of_input[user_k]
+                        user_k += 1
+                        if leaf is None:
+                            self.env[node] = ispec.arg.value if hasattr(ispec.arg, "value") else node.meta.get("val")
+                            continue
+                        if isinstance(leaf, tuple):  # a Python int: (leaf,)
+                            val = node.meta.get("val")
+                            if isinstance(val, torch.SymInt) and val.node.expr.is_number:
+                                val = int(val.node.expr)  # specialized by the trace after all
+                                self.fakes[leaf[0]] = node.meta.get("val")
+                            if isinstance(val, torch.SymInt):  # kept symbolic by the trace
+                                self.fakes[leaf[0]] = val
+                                self.bind_symbols(leaf[0], node, val)
+                                self.env[node] = val
+                            else:
+                                traced = ispec.arg.value if hasattr(ispec.arg, "value") else val
+                                self.env[node] = traced
+                                if type(traced) is int and leaf[0] not in self.fakes:
+                                    # The program holds the traced value: guard that one, not this call's
+                                    # (a capture reused for another value must be refused, then redone).
+                                    self.fakes[leaf[0]] = traced
+                            continue
+                        v = self.value()
+                        self.lines.append(f"{v} = arg {leaf}")
+                        self.env[node] = v
+                        self.value_fakes[v] = node.meta.get("val")
+                        self.fakes[leaf] = node.meta.get("val")
+                        self.bind_symbols(leaf, node, node.meta.get("val"))
+                        if leaf < len(self.leaf_values):
+                            self.bases.append((node.meta["val"], self.leaf_values[leaf], leaf))
+                    else:
+                        ref = self.state_ref(ispec)
+                        v = self.value()
+                        self.lines.append(f"{v} = state {self.state_index(ref)}")
+                        state.append(ref)
+                        self.env[node] = v
+                        if isinstance(node.meta.get("val"), torch.Tensor):
+                            self.value_fakes[v] = node.meta["val"]
+                        if isinstance(node.meta.get("val"), torch.Tensor) and isinstance(ref.tensor, torch.Tensor):
+                            self.bases.append((node.meta["val"], ref.tensor, None))
+                elif node.op == "get_attr":  # a constant tensor held by the graph module
+                    tensor = self.ep.graph_module
+                    for part in node.target.split("."):
+                        tensor = getattr(tensor, part)
+                    if not isinstance(tensor, torch.Tensor):
+                        self.fail(node, f"attribute of type {type(tensor).__name__}")
+                    ref = StateRef("constant", node.target, tensor)
                     v = self.value()
                     self.lines.append(f"{v} = state {self.state_index(ref)}")
                     state.append(ref)
                     self.env[node] = v
-                    if isinstance(node.meta.get("val"), torch.Tensor):
-                        self.value_fakes[v] = node.meta["val"]
-                    if isinstance(node.meta.get("val"), torch.Tensor) and isinstance(ref.tensor, torch.Tensor):
-                        self.bases.append((node.meta["val"], ref.tensor, None))
-            elif node.op == "get_attr":  # a constant tensor held by the graph module
-                tensor = self.ep.graph_module
-                for part in node.target.split("."):
-                    tensor = getattr(tensor, part)
-                if not isinstance(tensor, torch.Tensor):
-                    self.fail(node, f"attribute of type {type(tensor).__name__}")
-                ref = StateRef("constant", node.target, tensor)
-                v = self.value()
-                self.lines.append(f"{v} = state {self.state_index(ref)}")
-                state.append(ref)
-                self.env[node] = v
-            elif node.op == "call_function":
-                if self.pending_copy is not None and not builtin_lower.holds_across(node, self.inplace):
+                elif node.op == "call_function":
+                    if self.pending_copy is not None and not builtin_lower.holds_across(node, self.inplace):
+                        builtin_lower.flush(self)
+                    if node.target is operator.getitem:
+                        self.getitem(node)
+                    else:
+                        self.call(node)
+                elif node.op == "output":
                     builtin_lower.flush(self)
-                if node.target is operator.getitem:
-                    self.getitem(node)
+                    outs = list(node.args[0])
+                    written = self.write_back(outs, sig)
+                    # Returning a mutated input returns the input itself, as eager does (same object),
+                    # and a view of one is that view of the input.
+                    user = [o for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+                    tree = self.output_tree(self.ep.call_spec.out_spec, [self.output_operand(node, o, written) for o in user])
+                    self.lines.append(f"return {tree}")
                 else:
-                    self.call(node)
-            elif node.op == "output":
-                builtin_lower.flush(self)
-                outs = list(node.args[0])
-                written = self.write_back(outs, sig)
-                # Returning a mutated input returns the input itself, as eager does (same object),
-                # and a view of one is that view of the input.
-                user = [o for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
-                tree = self.output_tree(self.ep.call_spec.out_spec, [self.output_operand(node, o, written) for o in user])
-                self.lines.append(f"return {tree}")
-            else:
-                self.fail(node, f"node kind {node.op}")
+                    self.fail(node, f"node kind {node.op}")
+        except UnsupportedError as e:
+            where = _user_line(node)
+            if where and not str(e).startswith(where):
+                raise UnsupportedError(f"{where}: {e}") from e
+            raise
         return Lowered("\n".join(self.lines), state, self.ops, self.kernels, self.extra_guards, self.kernel_notes)
 
     def state_ref(self, ispec) -> StateRef:

@@ -81,7 +81,10 @@ class Symbols:
             return str(int(e))
         if isinstance(e, sympy.Symbol):
             if e not in self.sym:
-                raise UnsupportedError(f"symbol {e} has no value in the program")
+                raise UnsupportedError(
+                    f"symbol {e} has no value in the program: a data-dependent value (`.item()`, "
+                    "`.tolist()`, the size of `masked_select`) used as a size, an index or a number is "
+                    "not computed natively yet; torch.compile(fn, backend=\"trident\") breaks the graph there")
             return self.sym[e]
         key = e
         if key in self.sym:

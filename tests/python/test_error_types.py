@@ -80,3 +80,20 @@ def test_an_aten_error_on_a_hit_has_the_type_eager_raises():
     assert torch.equal(fast(x, torch.tensor([1, 1])), fn(x, torch.tensor([1, 1])))
     c = trident.counters(fast)
     assert (c["compiles"], c["hits"]) == (1, 2), c
+
+
+def _item_as_size(x, n):
+    k = n.item()
+    return torch.zeros(k) + x.sum()  # the line the error names
+
+
+def test_a_construct_the_lowering_cannot_take_is_named_by_the_users_line_first():
+    """UnsupportedError's message starts with the user's file, line and code, then says what is
+    missing and the way out (here: `.item()` used as a size)."""
+    fast = trident.compile(_item_as_size)
+    with pytest.raises(trident.UnsupportedError) as info:
+        fast(torch.ones(3), torch.tensor(4))
+    msg = str(info.value)
+    line = _item_as_size.__code__.co_firstlineno + 2
+    assert msg.startswith(f'File "{__file__}", line {line}, in _item_as_size: return torch.zeros(k)'), msg
+    assert ".item()" in msg and 'backend="trident"' in msg

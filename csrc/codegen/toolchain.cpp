@@ -62,17 +62,6 @@ void write_private(const std::string& path, const std::string& data) {
   }
 }
 
-std::string read_small(const std::string& path) {
-  std::string s;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && s.size() < 65536) s.append(buf, n);
-    std::fclose(f);
-  }
-  return s;
-}
-
 std::string record_text(const std::string& key, const std::string& object) {
   return std::string(kRecordMagic) + "\nkey " + key + "\nsha256 " + sha256_hex(object) + "\nbytes " +
          std::to_string(object.size()) + "\n";
@@ -170,7 +159,9 @@ BuiltModule build_module(const std::string& c_source, bool rebuild) {
   for (const char* a : {"-o", tmp_so.c_str(), out.source_path.c_str()}) argv.push_back(a);
   int rc = run_compiler(argv, log);
   if (rc != 0) {
-    std::string why = rc < 0 ? std::string("cannot start it: ") + std::strerror(errno) : read_small(log);
+    std::string why;
+    if (rc < 0) why = std::string("cannot start it: ") + std::strerror(errno);
+    else read_private_file(log, why);  // the compiler's output, from the 0600 log it wrote
     unlink(log.c_str());
     unlink(tmp_so.c_str());
     throw ToolchainError("compiling the generated module failed (" + shown(argv) + "):\n" + why.substr(0, 4000));

@@ -36,6 +36,16 @@ def _extent(t: torch.Tensor):
     return t.device, start, start + _span(t) * t.element_size()
 
 
+def _intersect(a, b) -> bool:
+    """Whether two extents (_extent) share a byte: same device, overlapping address ranges."""
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+# c10::DeviceType codes of the devices trident runs on, by torch.device.type (lower.py spells
+# device literals with it; the leaves' device_type fields hold these codes).
+DEVICE_TYPE_CODES = {"cpu": 0, "cuda": 1}
+
+
 def overlapping_pairs(leaf_values: list) -> list[tuple[int, int]]:
     """(i, j), i < j, for tensor leaves whose memory extents intersect."""
     spans = [(k, _extent(v)) for k, v in enumerate(leaf_values) if isinstance(v, torch.Tensor)]
@@ -43,8 +53,8 @@ def overlapping_pairs(leaf_values: list) -> list[tuple[int, int]]:
     out = []
     for a in range(len(spans)):
         for b in range(a + 1, len(spans)):
-            (i, (di, si, ei)), (j, (dj, sj, ej)) = spans[a], spans[b]
-            if di == dj and si < ej and sj < ei:
+            (i, ei), (j, ej) = spans[a], spans[b]
+            if _intersect(ei, ej):
                 out.append((i, j))
     return out
 
@@ -120,7 +130,7 @@ def leaves_overlapping(leaf_values: list, tensors: list) -> list[int]:
     out = []
     for k, v in enumerate(leaf_values):
         a = _extent(v) if isinstance(v, torch.Tensor) else None
-        if a is not None and a[0].type != "meta" and any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for b in spans):
+        if a is not None and a[0].type != "meta" and any(_intersect(a, b) for b in spans):
             out.append(k)
     return out
 
@@ -138,7 +148,7 @@ def state_overlaps(written: set[int], leaf_values: list, state: list, state_writ
             if k not in written and ref.target not in state_written:
                 continue
             b = _extent(ref.tensor) if isinstance(ref.tensor, torch.Tensor) else None
-            if b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]:
+            if b is not None and _intersect(a, b):
                 out.append((k, ref.target))
     return out
 
@@ -158,13 +168,9 @@ def state_guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int,
                 continue
             t = ref.tensor
             e = _extent(t) if isinstance(t, torch.Tensor) else None
-            if e is None or e[0].type != _DEVICE_TYPES.get(la["device_type"]) or \
+            if e is None or DEVICE_TYPE_CODES.get(e[0].type) != la["device_type"] or \
                     (e[0].index if e[0].index is not None else -1) != la["device_index"]:
                 continue
             span = _span_text(a, la, itemsize[a])
             lines.append(f'guard expr "disjoint(L{a}.data_ptr, {span}, {e[1]}, {e[2] - e[1]})"')
     return lines
-
-
-# c10::DeviceType values of the leaves, by torch.device.type (what state tensors report).
-_DEVICE_TYPES = {0: "cpu", 1: "cuda"}

@@ -397,11 +397,7 @@ class CompiledFunction:
     def _warn_fallback(self, reason: str, stacklevel: int = 4):
         """Count a call that runs eagerly, and say why once per reason (the warning points at the
         caller's line: `stacklevel` frames up from here)."""
-        if reason not in self._fallback_logged:
-            self._fallback_logged.add(reason)
-            msg = f"trident: {self.name}: {reason}"
-            warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
-            log.info(msg)  # the warning is what the user sees; at WARNING, logging printed it twice
+        self._warn_once(reason, stacklevel + 1)
         self.scm.note_fallback()
 
     def lower_call(self, /, *args, **kwargs):
@@ -525,12 +521,13 @@ class CompiledFunction:
                     f"max_specializations={self.options.max_specializations}")
         return self._lower_with(args, kwargs, structure, leaves, set())
 
-    def _warn_once(self, reason: str):
-        """A one-time RuntimeWarning (and a log line) about a slower path that is not a fallback."""
+    def _warn_once(self, reason: str, stacklevel: int = 5):
+        """A RuntimeWarning, once per reason, pointing `stacklevel` frames up from here (the
+        caller's line), and a log line at INFO (at WARNING, logging printed it twice)."""
         if reason not in self._fallback_logged:
             self._fallback_logged.add(reason)
             msg = f"trident: {self.name}: {reason}"
-            warnings.warn(msg, RuntimeWarning, stacklevel=5)
+            warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
             log.info(msg)
 
     def _lower_with(self, args, kwargs, structure: str, leaves: list[dict], marks: set):

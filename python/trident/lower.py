@@ -51,7 +51,7 @@ def _unbacked(val) -> bool:
 _LAYOUTS = {torch.strided: 0, torch.sparse_coo: 1, torch.sparse_csr: 2, torch.sparse_csc: 4}
 _MEMFMTS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
             torch.channels_last_3d: 3}
-_DEVICE_TYPES = {"cpu": 0, "cuda": 1}
+_DEVICE_TYPES = aliasing.DEVICE_TYPE_CODES
 _DTYPE_CODES: dict[torch.dtype, int] = {}
 
 

@@ -30,6 +30,15 @@ struct Operand {
     Ptr,                            // ptr(%N, off): %N's data pointer plus `off` bytes (an int or
                                     // $N), items {base, off}; a launch operand only: a view that
                                     // only kernels read needs no tensor object
+    // Output trees only (the Python objects arguments hold, python/bindings/outputs.h):
+    Node,     // node(K): the call's K-th container or object (flatten.h's visit order)
+    PyRef,    // pyref(K): constant K of the process's object table (a class; arg_objects.h)
+    Object,   // object(K) {"name": v, ...}: a new instance of class pyref(K), attributes keys/items;
+              // object(K) call {...} (j == 1): the class called with those keyword arguments
+    Update,   // update(K) {"name": v, ...} sets attributes of object node(K) (items of a dict
+              // node); update(K) [v, ...] (j == 1)
+              // replaces the contents of list node(K); evaluates to node(K)
+    Effects,  // effects(u, ..., tree): the updates in order, then tree, which is the value
   };
   Kind kind = Kind::None;
   int64_t i = 0;          // Bool/Int/enum value, %N or $N id; Device: type (index in `j`)
@@ -37,7 +46,7 @@ struct Operand {
   double f = 0.0;
   std::string s;          // Str
   std::vector<Operand> items;
-  std::vector<std::string> keys;  // Dict keys, parallel to items
+  std::vector<std::string> keys;  // Dict, Object and Update attribute names, parallel to items
 
   static Operand none() { return {}; }
   static Operand integer(int64_t v) { Operand o; o.kind = Kind::Int; o.i = v; return o; }

@@ -127,6 +127,19 @@ int64_t enum_literal(Lexer& lx) {
   return v;
 }
 
+Operand operand(Lexer& lx);
+
+// {"name": operand, ...} into o.keys / o.items.
+void named_items(Lexer& lx, Operand& o) {
+  lx.expect("{");
+  while (!lx.accept("}")) {
+    o.keys.push_back(lx.string());
+    lx.expect(":");
+    o.items.push_back(operand(lx));
+    if (!lx.accept(",")) { lx.expect("}"); break; }
+  }
+}
+
 Operand operand(Lexer& lx) {
   using K = Operand::Kind;
   Operand o;
@@ -150,13 +163,37 @@ Operand operand(Lexer& lx) {
     return o;
   }
   if (c == '{') {
-    lx.accept("{");
     o.kind = K::Dict;
-    while (!lx.accept("}")) {
-      o.keys.push_back(lx.string());
-      lx.expect(":");
+    named_items(lx, o);
+    return o;
+  }
+  if (lx.accept("node")) { o.kind = K::Node; o.i = enum_literal(lx); return o; }
+  if (lx.accept("pyref")) { o.kind = K::PyRef; o.i = enum_literal(lx); return o; }
+  if (lx.accept("object")) {
+    o.kind = K::Object;
+    o.i = enum_literal(lx);
+    if (lx.accept("call")) o.j = 1;
+    named_items(lx, o);
+    return o;
+  }
+  if (lx.accept("update")) {
+    o.kind = K::Update;
+    o.i = enum_literal(lx);
+    if (lx.peek() == '[') {
+      Operand list = operand(lx);
+      o.items = std::move(list.items);
+      o.j = 1;
+    } else {
+      named_items(lx, o);
+    }
+    return o;
+  }
+  if (lx.accept("effects")) {
+    o.kind = K::Effects;
+    lx.expect("(");
+    while (!lx.accept(")")) {
       o.items.push_back(operand(lx));
-      if (!lx.accept(",")) { lx.expect("}"); break; }
+      if (!lx.accept(",")) { lx.expect(")"); break; }
     }
     return o;
   }

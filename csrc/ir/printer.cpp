@@ -92,13 +92,29 @@ std::string print_operand(const Operand& o) {
       if (o.kind == K::Tuple && o.items.size() == 1) s += ",";
       return s + (o.kind == K::List ? "]" : ")");
     }
-    case K::Dict: {
-      std::string s = "{";
+    case K::Dict:
+    case K::Object:
+    case K::Update: {
+      std::string s = o.kind == K::Dict ? "" : (o.kind == K::Object ? "object(" : "update(") + std::to_string(o.i) + ") ";
+      if (o.kind == K::Object && o.j == 1) s += "call ";
+      if (o.kind == K::Update && o.j == 1) {
+        s += "[";
+        for (size_t k = 0; k < o.items.size(); ++k) s += (k ? ", " : "") + print_operand(o.items[k]);
+        return s + "]";
+      }
+      s += "{";
       for (size_t k = 0; k < o.items.size(); ++k) {
         if (k) s += ", ";
         s += quote(o.keys[k]) + ": " + print_operand(o.items[k]);
       }
       return s + "}";
+    }
+    case K::Node: return "node(" + std::to_string(o.i) + ")";
+    case K::PyRef: return "pyref(" + std::to_string(o.i) + ")";
+    case K::Effects: {
+      std::string s = "effects(";
+      for (size_t k = 0; k < o.items.size(); ++k) s += (k ? ", " : "") + print_operand(o.items[k]);
+      return s + ")";
     }
   }
   return "?";

@@ -3,6 +3,7 @@
 // fix); a released value is not used again; the body ends with exactly one return.
 #include "ir/verifier.h"
 
+#include <cstdlib>
 #include <set>
 
 #include "codegen/trident_abi.h"
@@ -30,8 +31,12 @@ struct Checker {
       if (released.count(o.i)) fail("%" + std::to_string(o.i) + " used after release", &in);
     } else if (o.kind == K::Sym) {
       if (!syms.count(o.i)) fail("$" + std::to_string(o.i) + " used before definition", &in);
-    } else if (o.kind == K::Dict && o.keys.size() != o.items.size()) {
-      fail("dict with mismatched keys and items", &in);
+    } else if ((o.kind == K::Dict || o.kind == K::Object || (o.kind == K::Update && o.j != 1)) &&
+               o.keys.size() != o.items.size()) {
+      fail("dict, object or update with mismatched names and items", &in);
+    } else if ((o.kind == K::Node || o.kind == K::PyRef || o.kind == K::Object || o.kind == K::Update ||
+                o.kind == K::Effects) && in.kind != Instr::Kind::Return) {
+      fail("node, pyref, object, update and effects are output-tree operands only", &in);
     } else if (o.kind == K::Ptr) {
       if (in.kind != Instr::Kind::Launch) fail("ptr(...) is a launch operand only", &in);
       if (o.items.size() != 2 || o.items[0].kind != K::Value ||
@@ -123,6 +128,13 @@ int count_structure_leaves(const std::string& st) {
     // A name follows ';' (keyword) and '{' or ',' (dict key) unless the dict is empty: skip to '='.
     if (c == ';' || ((c == '{' || c == ',') && k + 1 < st.size() && st[k + 1] != '}')) {
       while (k < st.size() && st[k] != '=') ++k;
+      continue;
+    }
+    // A str constant of an object (s<len>:<bytes>): its bytes are not codes.
+    if (c == 's') {
+      size_t colon = st.find(':', k);
+      if (colon == std::string::npos) break;
+      k = colon + std::strtoull(st.c_str() + k + 1, nullptr, 10);
       continue;
     }
     if (c == 'T' || c == 'i' || c == 'f' || c == 'b' || c == 'n') ++n;

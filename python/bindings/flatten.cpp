@@ -6,18 +6,95 @@
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdio>
 #include <cstring>
+
+#include "arg_objects.h"
 
 namespace trident::bindings {
 namespace {
 
 constexpr int kMaxDepth = 8;
 
-// On failure `out.unsupported` names the type; the caller prefixes which argument held it.
-bool add(PyObject* obj, FlatArgs& out, int depth) {
+bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute = false);
+
+// An attribute value that is a constant of the object rather than a leaf: a str, a dtype, a
+// device or a class, guarded by value (a class by identity) in the structure string.
+bool add_constant(PyObject* obj, FlatArgs& out) {
+  char buf[48];
+  if (PyUnicode_CheckExact(obj)) {
+    Py_ssize_t n = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (!text) {
+      PyErr_Clear();
+      out.unsupported = "a str that is not valid UTF-8 is not supported natively";
+      return false;
+    }
+    std::snprintf(buf, sizeof buf, "s%zd:", n);  // length-prefixed: any bytes may follow
+    out.structure += buf;
+    out.structure.append(text, static_cast<size_t>(n));
+  } else if (THPDtype_Check(obj)) {
+    std::snprintf(buf, sizeof buf, "y%d", static_cast<int>(reinterpret_cast<THPDtype*>(obj)->scalar_type));
+    out.structure += buf;
+  } else if (THPDevice_Check(obj)) {
+    const c10::Device& d = reinterpret_cast<THPDevice*>(obj)->device;
+    std::snprintf(buf, sizeof buf, "d%d.%d", static_cast<int>(d.type()), static_cast<int>(d.index()));
+    out.structure += buf;
+  } else if (PyType_Check(obj)) {
+    std::snprintf(buf, sizeof buf, "c%d", intern_object(obj));
+    out.structure += buf;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// An instance of a registered class (arg_objects.h): its instance dictionary's entries in
+// insertion order, as "<id{name=code,...}>"; `depth` is the object's own.
+bool add_object(PyObject* obj, int32_t class_id, FlatArgs& out, int depth) {
+  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);  // new ref
+  if (!dict) {
+    PyErr_Clear();
+    out.unsupported = std::string(Py_TYPE(obj)->tp_name) + " without an instance dictionary is not supported natively";
+    return false;
+  }
+  out.nodes.push_back(obj);
+  out.structure += '<';
+  out.structure += std::to_string(class_id);
+  out.structure += '{';
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;  // borrowed
+  bool ok = true;
+  for (bool first = true; ok && PyDict_Next(dict, &pos, &key, &value); first = false) {
+    const char* name = PyUnicode_CheckExact(key) && PyUnicode_IsIdentifier(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    if (!name) {
+      PyErr_Clear();
+      out.unsupported = std::string(Py_TYPE(obj)->tp_name) + " with an attribute whose name is not an identifier "
+                        "is not supported natively";
+      ok = false;
+      break;
+    }
+    if (!first) out.structure += ',';
+    out.structure += name;
+    out.structure += '=';
+    if (!add(value, out, depth + 1, true)) {
+      out.where = "." + std::string(name) + out.where;
+      ok = false;
+    }
+  }
+  Py_DECREF(dict);
+  if (ok) out.structure += "}>";
+  return ok;
+}
+
+// On failure `out.unsupported` names the type and `out.where` the path below the argument; the
+// caller prefixes which argument held it. `attribute`: obj is an attribute value of an object,
+// where constants (add_constant) are allowed.
+bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
   trd_leaf leaf;
   std::memset(&leaf, 0, sizeof leaf);
   if (THPVariable_CheckExact(obj)) {
@@ -66,15 +143,20 @@ bool add(PyObject* obj, FlatArgs& out, int depth) {
     out.tensors.push_back(nullptr);
   } else if ((PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) && depth < kMaxDepth) {
     bool tuple = PyTuple_CheckExact(obj);
+    out.nodes.push_back(obj);
     out.structure += tuple ? '(' : '[';
     Py_ssize_t n = tuple ? PyTuple_GET_SIZE(obj) : PyList_GET_SIZE(obj);
     for (Py_ssize_t k = 0; k < n; ++k) {
       PyObject* item = tuple ? PyTuple_GET_ITEM(obj, k) : PyList_GET_ITEM(obj, k);  // borrowed
-      if (!add(item, out, depth + 1)) return false;
+      if (!add(item, out, depth + 1)) {
+        out.where = "[" + std::to_string(k) + "]" + out.where;
+        return false;
+      }
     }
     out.structure += tuple ? ')' : ']';
     return true;
   } else if (PyDict_CheckExact(obj) && depth < kMaxDepth) {
+    out.nodes.push_back(obj);
     out.structure += '{';
     Py_ssize_t pos = 0;
     PyObject *key, *value;  // borrowed
@@ -90,10 +172,19 @@ bool add(PyObject* obj, FlatArgs& out, int depth) {
       if (!first) out.structure += ',';
       out.structure += name;
       out.structure += '=';
-      if (!add(value, out, depth + 1)) return false;
+      if (!add(value, out, depth + 1)) {
+        out.where = "['" + std::string(name) + "']" + out.where;
+        return false;
+      }
     }
     out.structure += '}';
     return true;
+  } else if (int32_t class_id = depth < kMaxDepth ? object_class_id(Py_TYPE(obj)) : -1; class_id >= 0) {
+    return add_object(obj, class_id, out, depth);
+  } else if (attribute && add_constant(obj, out)) {
+    return true;
+  } else if (!out.unsupported.empty()) {
+    return false;  // add_constant said why
   } else {
     out.unsupported = std::string(Py_TYPE(obj)->tp_name) + " is not supported natively";
     return false;
@@ -176,7 +267,7 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
   }
   for (Py_ssize_t k = 0; k < nargs; ++k)
     if (!add(args[k], out, 0)) {
-      out.unsupported = "argument " + std::to_string(k) + ": " + out.unsupported;
+      out.unsupported = "argument " + std::to_string(k) + out.where + ": " + out.unsupported;
       return false;
     }
   if (kwnames) {
@@ -194,7 +285,7 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
       out.structure += name;
       out.structure += '=';
       if (!add(args[nargs + k], out, 0)) {
-        out.unsupported = std::string("argument '") + name + "': " + out.unsupported;
+        out.unsupported = std::string("argument '") + name + "'" + out.where + ": " + out.unsupported;
         return false;
       }
     }

@@ -3,7 +3,12 @@
 // Structure string (what guards compare first, byte for byte):
 //   leaf codes   T tensor, i int, b bool, f float, n None
 //   containers   (...) tuple, [...] list, {k=...,k=...} dict with identifier string keys (in
-//                insertion order, as pytree flattens it), nested freely
+//                insertion order, as pytree flattens it), nested freely;
+//                <N{name=...,name=...}> an instance of registered class N (arg_objects.h), its
+//                instance dictionary in insertion order
+//   constants    as attribute values of such objects only, guarded by value: s<len>:<utf-8 bytes>
+//                a str, y<c10 ScalarType> a dtype, d<type>.<index> a device, c<N> a class by
+//                identity (number N in arg_objects.h's table)
 //   keywords     after the positional part, each as ";name=" then its value's code
 //   settings     "@dtype.det" last, when a global setting differs from its default
 //                (flatten.cpp: append_global_state)
@@ -31,8 +36,12 @@ struct FlatArgs {
   c10::SmallVector<trd_leaf, 8> leaves;
   c10::SmallVector<const at::Tensor*, 8> tensors;  // per leaf, nullptr for non-tensors (borrowed)
   c10::SmallVector<PyObject*, 8> objects;          // per leaf (borrowed from the call's arguments)
+  // Containers and objects in visit order (pre-order: a container before what it holds), borrowed:
+  // what an output tree's node(K) and update(K) name.
+  c10::SmallVector<PyObject*, 8> nodes;
   std::string structure;
-  std::string unsupported;  // set when flattening failed: "argument 2: dict is not supported"
+  std::string unsupported;  // set when flattening failed: "argument 2.layers[0]: dict is not supported"
+  std::string where;        // while failing: the path below the argument (".layers[0]")
 };
 
 // Returns false (with out.unsupported set) if an argument cannot be described natively.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "arg_objects.h"
 #include "codegen/emit_c.h"
 #include "errors.h"
 #include "codegen/toolchain.h"
@@ -80,6 +81,19 @@ PyObject* leaf_dict(const trd_leaf& l) {
                        (long long)l.storage_offset, "data_ptr", (unsigned long long)l.data_ptr, "ival",
                        (long long)l.ival, "fval", l.fval);
 }
+
+// register_object_class(cls) -> N: instances of cls are flattened by attributes from now on (the
+// Python layer checks that cls qualifies: arg_objects.py).
+PyObject* py_register_object_class(PyObject*, PyObject* cls) {
+  if (!PyType_Check(cls)) {
+    PyErr_SetString(PyExc_TypeError, "register_object_class(cls): cls must be a class");
+    return nullptr;
+  }
+  return PyLong_FromLong(register_object_class(cls));
+}
+
+// intern(obj) -> N: obj's number in the process's object table (pyref(N) in output trees).
+PyObject* py_intern(PyObject*, PyObject* obj) { return PyLong_FromLong(intern_object(obj)); }
 
 // describe_args(*args, **kwargs) -> (structure, [leaf dict, ...]) or (None, reason): exactly what the
 // hot path computes, so the guards Python writes compare against the same numbers.
@@ -268,6 +282,9 @@ PyMethodDef methods[] = {
     {"describe_args", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_describe_args)),
      METH_FASTCALL | METH_KEYWORDS, "Flatten call arguments as the hot path does."},
     {"describe_tensor", py_describe_tensor, METH_O, "One tensor as a guard leaf dict."},
+    {"register_object_class", py_register_object_class, METH_O,
+     "register_object_class(cls) -> N: flatten instances of cls by their attributes."},
+    {"intern", py_intern, METH_O, "intern(obj) -> N: obj's number in the object table (pyref(N))."},
     {"spec_rejects", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_spec_rejects)),
      METH_FASTCALL | METH_KEYWORDS, "spec_rejects(spec_text, *args, **kwargs): '' or the first failing guard."},
     {"bump_state_epoch", py_bump_state_epoch, METH_NOARGS, "Module state may have been re-registered."},

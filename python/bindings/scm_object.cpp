@@ -186,8 +186,8 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   if (!ok)
     PyErr_SetString(python_error_type(f.error_kind), f.error.c_str());
   else
-    out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), state->tensors.data(),
-                       out_ints.data());
+    out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), flat.objects.size(),
+                       flat.nodes.data(), flat.nodes.size(), state->tensors.data(), out_ints.data());
   for (auto& t : slots) t.reset();  // the frame is gone: what is still held now has escaped
   mod.finish_run(recycle);
   return out;
@@ -225,9 +225,17 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
       PyObject* r = PyObject_Vectorcall(st->on_miss, args, nargsf, kwnames);  // new ref
       if (!r || r != Py_NotImplemented) return r;
       Py_DECREF(r);
+      if (!native) {
+        // The miss handler may have made the arguments describable (a class admitted for
+        // flattening by attributes, arg_objects.h): describe them again.
+        flat = FlatArgs{};
+        native = flatten_args(args, nargs, kwnames, flat);
+        if (!native) break;
+        call = make_call(flat);
+        if (!state_ok(self)) return nullptr;
+      }
       mod = st->loaded;
-      spec = native && mod ? mod->select(call) : -1;
-      if (!native) break;
+      spec = mod ? mod->select(call) : -1;
     }
     if (spec < 0) {
       std::string why = native ? "no specialization accepts the call it was compiled for"

@@ -15,6 +15,12 @@ import torch.utils._pytree as pytree
 TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 
 
+# Whether Dynamo can list an instance dictionary (`vars(obj)`) while tracing: 2.13 can, 2.11 fails
+# ("Failed to trace builtin operator tuple"), so there an object's state after a call is read by
+# attribute names known beforehand (arg_objects._flatten).
+DYNAMO_LISTS_INSTANCE_DICTS = TORCH_VERSION >= (2, 13)
+
+
 def treespec_children(spec: pytree.TreeSpec) -> list:
     """Child specs of a pytree TreeSpec (the attribute was renamed across releases)."""
     children = getattr(type(spec), "children", None)
@@ -25,6 +31,12 @@ def treespec_children(spec: pytree.TreeSpec) -> list:
 
 def treespec_is_leaf(spec: pytree.TreeSpec) -> bool:
     return spec.is_leaf()
+
+
+def treespec_num_leaves(spec: pytree.TreeSpec) -> int:
+    if treespec_is_leaf(spec):
+        return 1
+    return sum(treespec_num_leaves(c) for c in treespec_children(spec))
 
 
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
@@ -38,6 +50,11 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
             # times a capture; the caller can do nothing about it.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                                     category=FutureWarning)
+            # transformers' output capturing sets and resets a module global inside forward, which
+            # Dynamo reports as a side effect it drops; nothing is lost (reset before return).
+            warnings.filterwarnings(
+                "ignore", message=r".*side effects happened.*\[\"G\['__import_transformers_dot_utils_dot_output_"
+                r"capturing'\]\._active_collector\"\]$", category=UserWarning)
             ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
             return ep.run_decompositions(_capture_decompositions())
     finally:

@@ -15,7 +15,7 @@ import weakref
 import torch
 import torch.utils._pytree as pytree
 
-from . import _C, _compat, aliasing
+from . import _C, _compat, aliasing, arg_objects
 from .config import Options
 from .errors import CaptureRaisedError, MissPolicyError, UnsupportedError
 from .lower import StateRef, lower, state_key
@@ -23,28 +23,34 @@ from .lower import StateRef, lower, state_key
 log = logging.getLogger("trident")
 
 
-def _function_module(fn, npos: int, kwnames: list[str]) -> torch.nn.Module:
+def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False) -> torch.nn.Module:
     """Lets torch.export capture a plain function: a module whose forward has one named parameter
     per argument (export's dynamic_shapes are keyed by those names; *args forwards break it). The
     parameters are a0.. for positional arguments and k0.. for keyword arguments, whatever the
     caller named them (`class`, `self`, `a0`, non-ASCII names are all fine): the forward passes
-    keyword j to fn under kwnames[j], so no name of the caller's is ever spelled in code."""
+    keyword j to fn under kwnames[j], so no name of the caller's is ever spelled in code.
+
+    `post_state`: the forward returns (fn's result, every argument as it is after the call), so
+    export's output spec holds what the call did to the objects it was given (output_trees.py).
+    fn may be a module (trident.compile(model) called with objects): it becomes submodule `fn`."""
     params = [f"a{i}" for i in range(npos)]
     kparams = [f"k{j}" for j in range(len(kwnames))]
     sig = ", ".join(["self"] + params + (["*"] + kparams if kparams else []))
     call = ", ".join(params + ([f"**dict(zip(self.kwnames, ({', '.join(kparams)},)))"] if kparams else []))
+    everything = ", ".join(params + kparams) + ("," if len(params + kparams) == 1 else "")
+    close = f"), ({everything})" if post_state else ")"
     ns: dict = {}
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
         # A bound method of a module (model.decode_step): the module becomes a submodule, so export
         # lifts its parameters and buffers by name instead of meeting them as closure constants.
-        exec(f"def forward({sig}):\n    return self.fn(self.owner, {call})\n", ns)
+        exec(f"def forward({sig}):\n    return (self.fn(self.owner, {call}){close}\n", ns)
         module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
         module.owner = owner
         module.fn = fn.__func__
         module.kwnames = tuple(kwnames)
         return module
-    exec(f"def forward({sig}):\n    return self.fn({call})\n", ns)
+    exec(f"def forward({sig}):\n    return (self.fn({call}){close}\n", ns)
     module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
     module.fn = fn
     module.kwnames = tuple(kwnames)
@@ -150,6 +156,16 @@ def _capture_hint(e: Exception) -> str:
     return ""
 
 
+def _describe(args: tuple, kwargs: dict):
+    """_C.describe_args, after admitting the classes of the objects the arguments hold (the miss
+    path's first look at them): (structure, leaves) or (None, why not)."""
+    structure, leaves = _C.describe_args(*args, **kwargs)
+    if structure is None:
+        arg_objects.register_classes(args, kwargs)
+        structure, leaves = _C.describe_args(*args, **kwargs)
+    return structure, leaves
+
+
 class _Leaf:
     """Stands for flattened leaf `index` while we find where export put each argument."""
 
@@ -157,14 +173,26 @@ class _Leaf:
         self.index = index
 
 
-def _map_arg_tree(x, fn, path: str):
+def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
     """Rebuild x with fn(leaf, path) for each leaf, descending exactly the containers the native
     flattener descends (python/bindings/flatten.h: tuples, lists and dicts, exact types, dicts in
-    insertion order), in its order. path names the leaf (`caches[3][0]`, `batch['ids']`)."""
+    insertion order; objects of admitted classes by their attributes, arg_objects.py), in its
+    order. path names the leaf (`caches[3][0]`, `batch['ids']`, `cache.layers[0].keys`). An object
+    becomes a new instance holding the mapped attributes (constants as they are), or with
+    `objects_as_lists` the list of its mapped non-constant attributes (export's dynamic_shapes for
+    a pytree node)."""
     if type(x) in (tuple, list):
-        return type(x)(_map_arg_tree(v, fn, f"{path}[{i}]") for i, v in enumerate(x))
+        return type(x)(_map_arg_tree(v, fn, f"{path}[{i}]", objects_as_lists) for i, v in enumerate(x))
     if type(x) is dict:
-        return {k: _map_arg_tree(v, fn, f"{path}[{k!r}]") for k, v in x.items()}
+        return {k: _map_arg_tree(v, fn, f"{path}[{k!r}]", objects_as_lists) for k, v in x.items()}
+    if arg_objects.is_flattened(type(x)):
+        attrs = {k: v if arg_objects.is_constant(v) else _map_arg_tree(v, fn, f"{path}.{k}", objects_as_lists)
+                 for k, v in vars(x).items()}
+        if objects_as_lists:
+            return [v for k, v in attrs.items() if not arg_objects.is_constant(vars(x)[k])]
+        obj = object.__new__(type(x))
+        obj.__dict__.update(attrs)
+        return obj
     return fn(x, path)
 
 
@@ -312,7 +340,7 @@ class CompiledFunction:
     def _on_miss(self, /, *args, **kwargs):
         with self.lock:
             self._check_arguments(args, kwargs)
-            structure, leaves = _C.describe_args(*args, **kwargs)
+            structure, leaves = _describe(args, kwargs)
             if structure is None:
                 return self._fallback(args, kwargs, f"{leaves}; running the original function eagerly")
             if self.scm.select(*args, **kwargs) >= 0:
@@ -336,12 +364,11 @@ class CompiledFunction:
             if (self.options.on_miss != "compile" and not warming) or len(reasons) >= self.options.max_specializations:
                 return self._apply_policy(args, kwargs, reasons)
             try:
-                if pairs or in_state:
-                    why = self._compile_overlapping(args, kwargs, (margs, mkwargs), structure, leaves, pairs,
-                                                    in_state, overlap_key)
-                else:
-                    why = self._compile(args, kwargs, structure, leaves)
+                with arg_objects.capturing_objects_of((args, kwargs)):
+                    why = self._compile_any(args, kwargs, margs, mkwargs, structure, leaves, pairs, in_state,
+                                            overlap_key)
             except CaptureRaisedError as e:
+
                 # The function's own exception: eager raises it as the user wrote it (their type, their
                 # line). Should it not, the eager result stands, said once, and calls with the same
                 # capture key run eagerly from then on without trying to capture again.
@@ -351,6 +378,12 @@ class CompiledFunction:
                 self._warn_fallback(why, stacklevel=3)
                 return result
             return NotImplemented if why is None else self._fallback(args, kwargs, why)
+
+    def _compile_any(self, args, kwargs, margs, mkwargs, structure, leaves, pairs, in_state, overlap_key):
+        if pairs or in_state:
+            return self._compile_overlapping(args, kwargs, (margs, mkwargs), structure, leaves, pairs, in_state,
+                                             overlap_key)
+        return self._compile(args, kwargs, structure, leaves)
 
     def warm(self, args, kwargs):
         """trident.warmup: this thread's call compiles on a miss whatever the on_miss policy."""
@@ -403,10 +436,10 @@ class CompiledFunction:
     def lower_call(self, /, *args, **kwargs):
         """Capture and lower for these arguments without compiling or installing anything: the
         host IR a miss would add (an inspection aid, also used by tests on machines without a GPU)."""
-        structure, leaves = _C.describe_args(*args, **kwargs)
+        structure, leaves = _describe(args, kwargs)
         if structure is None:
             raise UnsupportedError(leaves)
-        with self.lock:
+        with self.lock, arg_objects.capturing_objects_of((args, kwargs)):
             return self._lower(args, kwargs, structure, leaves)
 
     def _compile_overlapping(self, args, kwargs, marked, structure, leaves, pairs, in_state, key) -> str | None:
@@ -544,11 +577,25 @@ class CompiledFunction:
         values = pytree.tree_leaves((ex_args, ex_kwargs), is_leaf=lambda x: x is None)
         leaf_of_input = [m.index if isinstance(v, torch.Tensor) else (m.index,) if type(v) is int else None
                          for m, v in zip(marks_, values)]
-        if self.module is not None:
+        # numbered in call order (the native flattener's), listed in the wrapper's parameter order
+        pre_state = arg_objects.pre_state(margs, mkwargs, list(m_args) + list(m_kwargs.values()))
+        post_state = arg_objects.holds_objects(pre_state)
+        if not post_state:
+            pre_state = None
+        state_prefix = ""
+        if self.module is not None and not post_state:
             wrapper, names = self.module, list(self.signature.bind(*ex_args, **ex_kwargs).arguments) \
                 if self.signature is not None else None
+        elif self.module is not None:
+            # the module as submodule `fn` of a wrapper that also returns the arguments' state; its
+            # state keeps the names it has as the compiled module (_state_index reads them there)
+            wrapper = _function_module(self.module, len(ex_args), list(ex_kwargs), post_state=True)
+            names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
+            ex_kwargs = dict(zip(names[len(ex_args):], ex_kwargs.values()))
+            m_kwargs = dict(zip(names[len(ex_args):], m_kwargs.values()))
+            state_prefix = "fn."
         else:
-            wrapper = _function_module(self.fn, len(ex_args), list(ex_kwargs))
+            wrapper = _function_module(self.fn, len(ex_args), list(ex_kwargs), post_state=post_state)
             names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
             # keyword arguments travel under the wrapper's own parameter names (_function_module)
             ex_kwargs = dict(zip(names[len(ex_args):], ex_kwargs.values()))
@@ -562,13 +609,18 @@ class CompiledFunction:
                 if ("int", m.index) in marks:
                     return _compat.dim_auto()
                 return dims or None
-            dynamic_shapes = dict(zip(names, [_map_arg_tree(m, leaf_spec, "")
+            dynamic_shapes = dict(zip(names, [_map_arg_tree(m, leaf_spec, "", objects_as_lists=True)
                                               for m in list(m_args) + list(m_kwargs.values())]))
         key = capture_key(structure, leaves, marks, torch.is_grad_enabled())
 
+        def state_index(ref: StateRef) -> int:
+            if state_prefix and ref.kind in ("parameter", "buffer") and ref.target.startswith(state_prefix):
+                ref.target = ref.target[len(state_prefix):]
+            return self._state_index(ref)
+
         def lowered_from(program):
-            return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
-                         leaf_values)
+            return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), state_index,
+                         leaf_values, pre_state=pre_state, state_prefix=state_prefix)
 
         ep = self._captures.get(key)
         if ep is not None:
@@ -580,7 +632,7 @@ class CompiledFunction:
             log.info("trident: %s: captured program does not fit this call (%s); capturing again", self.name, why)
             del self._captures[key]
         try:
-            ep = _compat.export_program(wrapper, ex_args, ex_kwargs, dynamic_shapes)
+            ep = self._export(wrapper, ex_args, ex_kwargs, dynamic_shapes)
         except UnsupportedError:
             raise
         except Exception as e:  # capture failures name the construct; keep the original as cause
@@ -603,6 +655,22 @@ class CompiledFunction:
             raise UnsupportedError(f"{self.name}: the symbolic capture does not accept its own example ({why})")
         self._captures[key] = ep
         return lowered
+
+    def _export(self, wrapper, args, kwargs, dynamic_shapes):
+        """export_program; where the result holds an object of a class not yet a pytree node (a
+        DynamicCache the model made itself, returned in its ModelOutput), that class is admitted
+        (arg_objects.classes_named) and the capture tried again, a few classes at most."""
+        extra: list = []
+        while True:
+            try:
+                with arg_objects.as_pytree_nodes(extra):
+                    return _compat.export_program(wrapper, args, kwargs, dynamic_shapes)
+            except AssertionError as e:
+                m = re.search(r"unrecognized type UserDefinedObjectVariable\((\w+)\) at output", str(e))
+                found = [c for c in arg_objects.classes_named(m.group(1)) if c not in extra] if m else []
+                if not found or len(extra) >= 8:
+                    raise
+                extra += found
 
     # ---- module state ----------------------------------------------------------------------
     def _state_index(self, ref: StateRef) -> int:

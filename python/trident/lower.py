@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, lazy_views
+from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, lazy_views, output_trees
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -138,8 +138,12 @@ def _written_view(node: fx.Node, kind: str):
 
 class _Lowerer:
     def __init__(self, ep, structure: str, leaf_of_input: list[int | None], state_index,
-                 leaf_values: list | None = None, grad_mode: bool = False):
+                 leaf_values: list | None = None, grad_mode: bool = False, pre_state: list | None = None):
         self.ep = ep
+        # The call's arguments as arg_objects.Nodes when the capture also returned them as they are
+        # after the call (objects among them): the return then writes their changes back.
+        self.pre_state = pre_state
+        self.leaf_operand: dict[int, str] = {}  # leaf -> its operand in the body (%N, $N or a literal)
         # Whether a run of this spec may record autograd history: then every differentiable ATen op
         # stays an ATen call (builtin_lower). Guarded: grad mode and the inputs' requires_grad by the
         # spec's guards, the state's by state_key.
@@ -486,28 +490,22 @@ class _Lowerer:
         self.env[node] = vals[idx]
 
     def output_tree(self, spec, leaves: list) -> str:
-        it = iter(leaves)
+        """The return operand (output_trees.py). With pre_state, export's result is (the function's
+        result, every argument after the call): the updates come first, then the result."""
+        def pre_operand(marker):
+            k = marker.index
+            if k in self.leaf_operand:
+                return self.leaf_operand[k]
+            return self.literal(None, self.leaf_values[k]) if k < len(self.leaf_values) else None
 
-        def build(s):
-            if _compat.treespec_is_leaf(s):
-                return next(it)
-            kids = [build(c) for c in _compat.treespec_children(s)]
-            if s.type is tuple:
-                return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
-            if s.type is list:
-                return "[" + ", ".join(kids) + "]"
-            if s.type is dict:
-                keys = s.context
-                if not all(isinstance(k, str) for k in keys):
-                    raise UnsupportedError(f"output dict with non-string keys {keys!r}")
-                return "{" + ", ".join(f"{_quote(k)}: {v}" for k, v in zip(keys, kids)) + "}"
-            if s.type is type(None):
-                return "none"
-            raise UnsupportedError(
-                f"output container {s.type.__name__} is not supported (use tuple, list or dict; a Hugging "
-                "Face model returns a tuple with return_dict=False)")
-
-        return build(spec)
+        trees = output_trees.Trees(_quote, dtype_code, pre_operand)
+        if self.pre_state is None:
+            return trees.result(spec, leaves)
+        result_spec, post_spec = _compat.treespec_children(spec)
+        n = _compat.treespec_num_leaves(result_spec)
+        updates = trees.post_updates(self.pre_state, post_spec, leaves[n:])
+        tree = trees.result(result_spec, leaves[:n])
+        return f"effects({', '.join(updates + [tree])})" if updates else tree
 
     def run(self) -> Lowered:
         sig = self.ep.graph_signature
@@ -534,6 +532,7 @@ class _Lowerer:
                                 self.fakes[leaf[0]] = val
                                 self.bind_symbols(leaf[0], node, val)
                                 self.env[node] = val
+                                self.leaf_operand[leaf[0]] = self.sym_operand(val)
                             else:
                                 traced = ispec.arg.value if hasattr(ispec.arg, "value") else val
                                 self.env[node] = traced
@@ -545,6 +544,7 @@ class _Lowerer:
                         v = self.value()
                         self.lines.append(f"{v} = arg {leaf}")
                         self.env[node] = v
+                        self.leaf_operand[leaf] = v
                         self.value_fakes[v] = node.meta.get("val")
                         self.fakes[leaf] = node.meta.get("val")
                         self.bind_symbols(leaf, node, node.meta.get("val"))
@@ -690,14 +690,18 @@ def _check_inplace_casts(ep):
 
 
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
-          state_index, leaf_values: list | None = None, unguarded: frozenset[int] = frozenset()) -> Lowered:
+          state_index, leaf_values: list | None = None, unguarded: frozenset[int] = frozenset(),
+          pre_state: list | None = None, state_prefix: str = "") -> Lowered:
     """The full spec text: header, guards, kernels, body. `unguarded`: tensor leaves that written
-    leaves are not guarded against overlapping (aliasing.guard_lines)."""
+    leaves are not guarded against overlapping (aliasing.guard_lines). `pre_state`: see _Lowerer.
+    `state_prefix`: what export's state names carry that the caller's state_index strips (the
+    submodule a compiled module is when a wrapper captures it)."""
     _check_inplace_casts(ep)
-    lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values, grad_mode)
+    lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values, grad_mode, pre_state)
     body = lw.run()
     written = aliasing.written_leaves(ep, leaf_of_input)
-    state_written = aliasing.written_state(ep)
+    state_written = {t[len(state_prefix):] if state_prefix and t.startswith(state_prefix) else t
+                     for t in aliasing.written_state(ep)}
     itemsize = {k: f.element_size() for k, f in lw.fakes.items() if isinstance(f, torch.Tensor)}
     lines = [f"spec 0 structure {_quote(structure)} {{"]
     lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards

@@ -34,19 +34,26 @@ def test_hf_generate_with_a_compiled_forward_gives_eagers_tokens():
     assert torch.equal(got, want)
 
 
-def test_compiling_a_whole_hf_model_says_what_to_pass_and_then_matches_eager():
+def test_compiling_a_whole_hf_model_called_with_its_defaults_matches_eager():
+    """The model's own defaults (use_cache=True, return_dict=True): the ModelOutput comes back as
+    its own type, holding the DynamicCache the model made (built natively), and passing that cache
+    back in runs natively too."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import hf_llama
     model = hf_llama.build_model(hf_llama.TINY, "cpu")
     fast = trident.compile(model)
     ids = torch.tensor([[3, 14, 15, 9]])
     with torch.no_grad():
-        for kwargs, says in (({}, "use_cache=False and return_dict=False"),
-                             ({"use_cache": False}, "return_dict=False")):
-            try:
-                fast(ids, **kwargs)
-                raise AssertionError(f"{kwargs}: expected an UnsupportedError")
-            except trident.UnsupportedError as e:
-                assert says in str(e), str(e)
-        got = fast(ids, use_cache=False, return_dict=False)[0]
-        assert torch.equal(got, model(ids, use_cache=False).logits)
+        for _ in range(3):
+            got, want = fast(ids), model(ids)
+            assert type(got) is type(want) and type(got.past_key_values) is type(want.past_key_values)
+            torch.testing.assert_close(got.logits, want.logits)
+            for a, b in zip(got.past_key_values.layers, want.past_key_values.layers):
+                torch.testing.assert_close(a.keys, b.keys)
+            nxt, ref = fast(ids[:, :1], past_key_values=got.past_key_values), \
+                model(ids[:, :1], past_key_values=want.past_key_values)
+            assert nxt.past_key_values is got.past_key_values
+            torch.testing.assert_close(nxt.logits, ref.logits)
+        assert torch.equal(fast(ids, use_cache=False, return_dict=False)[0], model(ids, use_cache=False).logits)
+    c = trident.counters(fast)
+    assert c["fallbacks"] == 0 and c["hits"] >= 4

@@ -1,0 +1,196 @@
+"""Hugging Face models called the way their users call them, with transformers' own cache objects:
+a decode step over a StaticCache and over a DynamicCache, generate() with both caches (greedy,
+sampling, a left-padded batch, two prompt lengths), the whole model with its defaults. Tiny models
+from configs with random weights (Llama, Qwen3, and the MoE models DeepSeek-V2, Qwen3-MoE and
+Mixtral), on the CPU, each against eager with the counters asserted: the cache is an argument like
+any other, written in place (StaticCache) or left holding the new tensors (DynamicCache), and one
+specialization serves a whole decode."""
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")   # installed, pinned, by scripts/test.sh (CI)
+
+import trident  # noqa: E402
+from transformers import DynamicCache, StaticCache  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+_COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0)
+
+
+def _config(name: str):
+    if name == "llama":
+        return transformers.LlamaConfig(**_COMMON), transformers.LlamaForCausalLM
+    if name == "qwen3":
+        return transformers.Qwen3Config(**_COMMON, head_dim=8), transformers.Qwen3ForCausalLM
+    if name == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(**_COMMON, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                                           moe_intermediate_size=16, decoder_sparse_step=1), \
+            transformers.Qwen3MoeForCausalLM
+    if name == "mixtral":
+        return transformers.MixtralConfig(**_COMMON, num_local_experts=4, num_experts_per_tok=2), \
+            transformers.MixtralForCausalLM
+    if name == "deepseek_v2":
+        cfg = transformers.DeepseekV2Config(
+            **{**_COMMON, "num_key_value_heads": 4}, moe_intermediate_size=16, n_routed_experts=4, n_shared_experts=1,
+            num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=4,
+            qk_nope_head_dim=8, v_head_dim=8, n_group=1, topk_group=1)
+        return cfg, transformers.DeepseekV2ForCausalLM
+    raise KeyError(name)
+
+
+_MODELS: dict = {}
+
+
+def _model(name: str):
+    if name not in _MODELS:
+        cfg, cls = _config(name)
+        torch.manual_seed(0)
+        _MODELS[name] = cls(cfg).eval()
+    return _MODELS[name]
+
+
+def _new_cache(kind: str, cfg):
+    return StaticCache(config=cfg, max_cache_len=32) if kind == "static" else DynamicCache(config=cfg)
+
+
+def _layer_tensors(cache) -> list:
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "deepseek_v2", "qwen3_moe", "mixtral"])
+def test_a_decode_step_over_transformers_cache_runs_natively(name, kind):
+    model = _model(name)
+    cfg = model.config
+
+    def step(ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    fast = trident.compile(step)
+    mine, theirs = _new_cache(kind, cfg), _new_cache(kind, cfg)
+    ids = torch.randint(1, cfg.vocab_size, (1, 5), generator=torch.Generator().manual_seed(1))
+    steps = 10
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback said
+        for i in range(steps):
+            want, got = step(ids, theirs), fast(ids, mine)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+            ids = want[:, -1:].argmax(-1)
+    # the caller's cache holds what eager's holds: written in place, or the new tensors
+    for a, b in zip(_layer_tensors(mine), _layer_tensors(theirs)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    if kind == "static":
+        assert mine.layers[0].keys.shape[2] == 32
+    else:
+        assert mine.layers[0].keys.shape[2] == 5 + steps - 1
+    c = trident.counters(fast)
+    # prefill, then decode (a DynamicCache's first decode step, then its growing length symbolic)
+    assert c["fallbacks"] == 0
+    assert c["specializations"] == (2 if kind == "static" else 3), c
+    assert c["hits"] == steps - c["specializations"]
+
+
+@pytest.mark.parametrize("impl", [None, "static"])
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe"])
+def test_generate_runs_natively_with_the_same_tokens(name, impl):
+    model = _model(name)
+    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    if impl:
+        kw["cache_implementation"] = impl
+    prompts = [torch.randint(1, 96, (1, n), generator=torch.Generator().manual_seed(n)) for n in (5, 7)]
+    want = [model.generate(p, **kw) for p in prompts]
+    eager_forward = model.forward
+    model.forward = trident.compile(eager_forward)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            for _ in range(2):
+                for p, w in zip(prompts, want):
+                    assert torch.equal(model.generate(p, **kw), w)
+        c = trident.counters(model.forward)
+    finally:
+        model.forward = eager_forward
+    assert c["fallbacks"] == 0
+    # prefill and decode; a new prompt length is a symbolic size after the first
+    assert c["specializations"] <= 5, c
+    assert c["hits"] >= 4 * 8 - c["specializations"] - 2
+
+
+def test_generate_sampling_and_a_left_padded_batch():
+    model = _model("llama")
+    ids = torch.randint(1, 96, (2, 6), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    ids[0, :2] = 0
+    mask[0, :2] = 0
+    kw = dict(max_new_tokens=8, do_sample=True, top_k=20, pad_token_id=0, attention_mask=mask)
+    torch.manual_seed(5)
+    want = model.generate(ids, **kw)
+    eager_forward = model.forward
+    model.forward = trident.compile(eager_forward)
+    try:
+        torch.manual_seed(5)
+        got = model.generate(ids, **kw)
+        torch.manual_seed(5)
+        again = model.generate(ids, **kw)
+        c = trident.counters(model.forward)
+    finally:
+        model.forward = eager_forward
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert c["fallbacks"] == 0 and c["hits"] > 8
+
+
+def test_the_whole_model_with_its_defaults_returns_its_output_and_the_same_cache():
+    model = _model("llama")
+    fast = trident.compile(model)
+    ids = torch.randint(1, 96, (1, 4), generator=torch.Generator().manual_seed(4))
+    mine, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
+    with torch.no_grad():
+        for _ in range(4):
+            out, ref = fast(ids, past_key_values=mine), model(ids, past_key_values=theirs)
+            assert type(out) is type(ref)
+            assert out.past_key_values is mine
+            torch.testing.assert_close(out.logits, ref.logits, rtol=1e-4, atol=1e-5)
+            ids = ref.logits[:, -1:].argmax(-1)
+    assert trident.counters(fast)["fallbacks"] == 0 and trident.counters(fast)["hits"] >= 1
+
+
+def test_caches_are_never_confused():
+    """Two caches alternating, a cache reused after reset(), a cache of another length or dtype:
+    each call reads and writes its own cache, a new specialization where the cache differs."""
+    model = _model("llama")
+    cfg = model.config
+
+    def step(ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    fast = trident.compile(step)
+    ids = torch.randint(1, 96, (1, 3), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        pairs = [(StaticCache(config=cfg, max_cache_len=32), StaticCache(config=cfg, max_cache_len=32))
+                 for _ in range(2)]
+        toks = [ids, ids.flip(1)]
+        for _ in range(4):
+            for k, (mine, theirs) in enumerate(pairs):
+                want, got = step(toks[k], theirs), fast(toks[k], mine)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+                toks[k] = want[:, -1:].argmax(-1)
+        assert trident.counters(fast)["specializations"] == 2  # prefill (allocating the cache), decode
+        for mine, theirs in pairs:
+            mine.reset()
+            theirs.reset()
+        # a prefill into an allocated cache is another program; the second cache's is the same one
+        torch.testing.assert_close(fast(ids, pairs[0][0]), step(ids, pairs[0][1]), rtol=1e-4, atol=1e-5)
+        n = trident.counters(fast)["specializations"]
+        torch.testing.assert_close(fast(ids, pairs[1][0]), step(ids, pairs[1][1]), rtol=1e-4, atol=1e-5)
+        assert trident.counters(fast)["specializations"] == n == 3
+        longer = (StaticCache(config=cfg, max_cache_len=40), StaticCache(config=cfg, max_cache_len=40))
+        torch.testing.assert_close(fast(ids, longer[0]), step(ids, longer[1]), rtol=1e-4, atol=1e-5)
+        tok = step(ids.new_tensor([[7]]), longer[1])
+        torch.testing.assert_close(fast(ids.new_tensor([[7]]), longer[0]), tok, rtol=1e-4, atol=1e-5)
+        assert longer[0].layers[0].keys.shape[2] == 40
+        assert trident.counters(fast)["fallbacks"] == 0

@@ -1,0 +1,223 @@
+"""The paper's two models as their users run them: Hugging Face's own modeling code, built from a
+config with random weights (nothing downloaded), bf16, optionally with Liger-Kernel's Triton kernels
+swapped in by Liger's own `apply_liger_kernel_to_*`, decoding greedily over transformers' own
+StaticCache, called the ordinary way:
+
+    step = lambda ids, cache: model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+and through `model.generate(..., cache_implementation="static")` with `model.forward` compiled.
+Each mode decodes the same prompt from a fresh cache; tokens/s is timed over the decode steps after
+two warm-up steps. The device floor is the eager step captured as one CUDA graph and replayed (the
+StaticCache's write position is a tensor, so replays advance it as eager calls do). Every mode's
+tokens are compared with eager's in the same run.
+
+    python3 benchmarks/hf_decode.py --model qwen3-8b --modes eager,trident,backend,reduce-overhead \\
+        --liger --batch 1 --steps 32 --out /tmp/hf_decode
+
+Install line for the Liger variant (pinned): `pip install liger-kernel==0.8.5`.
+Writes DIR/<model>-b<batch>.json and prints one table row per mode."""
+import argparse
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+MODELS = {
+    # Qwen3-8B's config (hidden 4096, 36 layers, 32 heads / 8 kv heads, head_dim 128)
+    "qwen3-8b": dict(cls="Qwen3", liger="qwen3", cfg=dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    # DeepSeek-V2-Lite's config (27 layers, MLA with kv_lora_rank 512, 64 routed experts, top-6)
+    "deepseek-v2-lite": dict(cls="DeepseekV2", liger="deepseek_v2", cfg=dict(
+        vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
+        num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16, n_shared_experts=2,
+        n_routed_experts=64, num_experts_per_tok=6, first_k_dense_replace=1, kv_lora_rank=512, q_lora_rank=None,
+        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, n_group=1, topk_group=1,
+        routed_scaling_factor=1.0, max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False)),
+}
+
+
+def build(name: str, layers: int | None, liger: bool):
+    import transformers
+    spec = MODELS[name]
+    cfg_kw = dict(spec["cfg"])
+    if layers:
+        cfg_kw["num_hidden_layers"] = layers
+    config = getattr(transformers, spec["cls"] + "Config")(**cfg_kw)
+    config._attn_implementation = "sdpa"
+    if liger:
+        from liger_kernel.transformers import monkey_patch
+        getattr(monkey_patch, "apply_liger_kernel_to_" + spec["liger"])()
+    cls = getattr(transformers, spec["cls"] + "ForCausalLM")
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = cls(config).to(torch.bfloat16)
+    if liger:
+        # Liger patches the module classes before construction; the instance check says it took.
+        assert any("Liger" in type(m).__name__ for m in model.modules()), "Liger kernels not applied"
+    return model.eval().requires_grad_(False)
+
+
+def decode(step, model, prompt, steps, max_len):
+    """Prefill, two warm-up steps, then `steps` timed steps; returns (tokens, seconds per step)."""
+    from transformers import StaticCache
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    with torch.no_grad():
+        logits = step(prompt, cache)
+        tok = logits[:, -1:].argmax(-1)
+        toks = [tok]
+        for _ in range(2):
+            tok = step(tok, cache)[:, -1:].argmax(-1)
+            toks.append(tok)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = step(tok, cache)[:, -1:].argmax(-1)
+            toks.append(tok)
+        torch.cuda.synchronize()
+        dt = (time.perf_counter() - t0) / steps
+    return torch.cat(toks, 1).cpu(), dt
+
+
+def floor(model, prompt, steps, max_len):
+    """The eager step replayed as one CUDA graph: seconds per step."""
+    from transformers import StaticCache
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    with torch.no_grad():
+        model(input_ids=prompt, past_key_values=cache, use_cache=True)
+        tok = prompt[:, -1:].clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                model(input_ids=tok, past_key_values=cache, use_cache=True)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            model(input_ids=tok, past_key_values=cache, use_cache=True)
+        g.replay()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            g.replay()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / steps
+
+
+def run_mode(mode, model, prompt, steps, max_len, log):
+    import trident
+
+    def step(ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    t0 = time.perf_counter()
+    counters = None
+    if mode == "eager":
+        fn = step
+    elif mode == "trident":
+        fn = trident.compile(step)
+    elif mode == "backend":
+        torch._dynamo.reset()
+        fn = torch.compile(step, backend="trident")
+    elif mode in ("compile", "reduce-overhead"):
+        torch._dynamo.reset()
+        fn = torch.compile(step, mode=None if mode == "compile" else "reduce-overhead")
+    elif mode == "generate-eager" or mode == "generate-trident":
+        return run_generate(mode, model, prompt, steps, max_len, log)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    toks, dt = decode(fn, model, prompt, steps, max_len)
+    if mode == "trident":
+        counters = trident.counters(fn)
+    log(f"{mode}: {dt * 1e3:.3f} ms/step, first call to end {time.perf_counter() - t0:.1f} s, counters {counters}")
+    return toks, dt, counters
+
+
+def run_generate(mode, model, prompt, steps, max_len, log):
+    import trident
+    kw = dict(max_new_tokens=steps + 3, min_new_tokens=steps + 3, do_sample=False, cache_implementation="static",
+              pad_token_id=0)
+    eager_forward = model.forward
+    counters = None
+    try:
+        if mode == "generate-trident":
+            model.forward = trident.compile(eager_forward)
+        with torch.no_grad():
+            model.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up (compiles)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model.generate(prompt, **kw)
+            torch.cuda.synchronize()
+            dt = (time.perf_counter() - t0) / (steps + 3)
+        if mode == "generate-trident":
+            counters = trident.counters(model.forward)
+    finally:
+        model.forward = eager_forward
+    log(f"{mode}: {dt * 1e3:.3f} ms/token (prefill included), counters {counters}")
+    return out[:, prompt.shape[1]:].cpu(), dt, counters
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=sorted(MODELS), required=True)
+    ap.add_argument("--modes", default="eager,trident")
+    ap.add_argument("--layers", type=int, default=None, help="fewer layers than the model has (a quick look)")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--liger", action="store_true")
+    ap.add_argument("--out", default="/tmp/hf_decode")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logf = open(out / f"{args.model}-b{args.batch}.log", "a")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    model = build(args.model, args.layers, args.liger)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    prompt = torch.randint(10, model.config.vocab_size, (args.batch, args.prompt), generator=g).cuda()
+    max_len = args.prompt + args.steps + 8
+    results = {}
+    fl = floor(model, prompt, args.steps, max_len)
+    log(f"device floor (eager step as one CUDA graph): {fl * 1e3:.3f} ms/step")
+    ref = None
+    for mode in args.modes.split(","):
+        try:
+            toks, dt, counters = run_mode(mode, model, prompt, args.steps, max_len, log)
+        except Exception as e:  # noqa: BLE001  (a mode that fails is reported, the others still run)
+            log(f"{mode}: FAILED {type(e).__name__}: {str(e)[:400]}")
+            results[mode] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            continue
+        if mode in ("eager", "generate-eager") or ref is None:
+            ref = toks if mode == "eager" else ref
+        n = min(toks.shape[1], ref.shape[1]) if ref is not None else 0
+        same = int((toks[:, :n] == ref[:, :n]).all(0).long().cumprod(0).sum()) if ref is not None else 0
+        results[mode] = {"ms": dt * 1e3, "tok_s": args.batch / dt, "same_tokens": f"{same}/{n}",
+                         "counters": counters}
+    results["floor"] = {"ms": fl * 1e3}
+    (out / f"{args.model}-b{args.batch}.json").write_text(json.dumps(results, indent=1))
+    eager = results.get("eager", {}).get("ms")
+    log(f"\n{args.model} ({model.config.num_hidden_layers} layers) batch {args.batch}, liger={args.liger}")
+    log(f"{'mode':<18}{'ms/step':>9}{'tok/s':>9}{'x eager':>9}{'x floor':>9}  same tokens")
+    for mode, r in results.items():
+        if "ms" not in r:
+            log(f"{mode:<18} {r['error'][:80]}")
+            continue
+        log(f"{mode:<18}{r['ms']:>9.3f}{args.batch / r['ms'] * 1e3:>9.1f}"
+            f"{(eager / r['ms'] if eager else 0):>9.2f}{r['ms'] / (fl * 1e3):>9.2f}  {r.get('same_tokens', '')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -186,10 +186,11 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
     if type(x) is dict:
         return {k: _map_arg_tree(v, fn, f"{path}[{k!r}]", objects_as_lists) for k, v in x.items()}
     if arg_objects.is_flattened(type(x)):
-        attrs = {k: v if arg_objects.is_constant(v) else _map_arg_tree(v, fn, f"{path}.{k}", objects_as_lists)
-                 for k, v in vars(x).items()}
         if objects_as_lists:
-            return [v for k, v in attrs.items() if not arg_objects.is_constant(vars(x)[k])]
+            return [_map_arg_tree(v, fn, f"{path}.{k}", True) for k, v in vars(x).items()
+                    if not arg_objects.is_constant(v)]
+        attrs = {k: v if arg_objects.is_constant(v) else _map_arg_tree(v, fn, f"{path}.{k}")
+                 for k, v in vars(x).items()}
         obj = object.__new__(type(x))
         obj.__dict__.update(attrs)
         return obj
@@ -368,7 +369,6 @@ class CompiledFunction:
                     why = self._compile_any(args, kwargs, margs, mkwargs, structure, leaves, pairs, in_state,
                                             overlap_key)
             except CaptureRaisedError as e:
-
                 # The function's own exception: eager raises it as the user wrote it (their type, their
                 # line). Should it not, the eager result stands, said once, and calls with the same
                 # capture key run eagerly from then on without trying to capture again.
@@ -586,21 +586,19 @@ class CompiledFunction:
         if self.module is not None and not post_state:
             wrapper, names = self.module, list(self.signature.bind(*ex_args, **ex_kwargs).arguments) \
                 if self.signature is not None else None
-        elif self.module is not None:
-            # the module as submodule `fn` of a wrapper that also returns the arguments' state; its
-            # state keeps the names it has as the compiled module (_state_index reads them there)
-            wrapper = _function_module(self.module, len(ex_args), list(ex_kwargs), post_state=True)
-            names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
-            ex_kwargs = dict(zip(names[len(ex_args):], ex_kwargs.values()))
-            m_kwargs = dict(zip(names[len(ex_args):], m_kwargs.values()))
-            state_prefix = "fn."
         else:
-            wrapper = _function_module(self.fn, len(ex_args), list(ex_kwargs), post_state=post_state)
+            # A compiled module called with objects becomes submodule `fn` of a wrapper that also
+            # returns the arguments' state; its state keeps the names it has in the module, where
+            # _state_index reads it (the lowering strips the prefix).
+            wrapper = _function_module(self.module or self.fn, len(ex_args), list(ex_kwargs), post_state=post_state)
             names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
             # keyword arguments travel under the wrapper's own parameter names (_function_module)
             ex_kwargs = dict(zip(names[len(ex_args):], ex_kwargs.values()))
             m_kwargs = dict(zip(names[len(ex_args):], m_kwargs.values()))
-            self._state_owner = wrapper  # same submodule names at every capture
+            if self.module is not None:
+                state_prefix = "fn."
+            else:
+                self._state_owner = wrapper  # same submodule names at every capture
         dynamic_shapes = None
         if marks and names is not None:
             def leaf_spec(m, _path):
@@ -613,13 +611,8 @@ class CompiledFunction:
                                               for m in list(m_args) + list(m_kwargs.values())]))
         key = capture_key(structure, leaves, marks, torch.is_grad_enabled())
 
-        def state_index(ref: StateRef) -> int:
-            if state_prefix and ref.kind in ("parameter", "buffer") and ref.target.startswith(state_prefix):
-                ref.target = ref.target[len(state_prefix):]
-            return self._state_index(ref)
-
         def lowered_from(program):
-            return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), state_index,
+            return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
                          leaf_values, pre_state=pre_state, state_prefix=state_prefix)
 
         ep = self._captures.get(key)

@@ -138,8 +138,10 @@ def _written_view(node: fx.Node, kind: str):
 
 class _Lowerer:
     def __init__(self, ep, structure: str, leaf_of_input: list[int | None], state_index,
-                 leaf_values: list | None = None, grad_mode: bool = False, pre_state: list | None = None):
+                 leaf_values: list | None = None, grad_mode: bool = False, pre_state: list | None = None,
+                 state_prefix: str = ""):
         self.ep = ep
+        self.state_prefix = state_prefix  # see lower()
         # The call's arguments as arg_objects.Nodes when the capture also returned them as they are
         # after the call (objects among them): the return then writes their changes back.
         self.pre_state = pre_state
@@ -607,7 +609,10 @@ class _Lowerer:
             tensor = self.ep.state_dict.get(ispec.target)
             if tensor is None:
                 tensor = self.ep.constants.get(ispec.target)  # non-persistent buffers
-        return StateRef(kind, ispec.target, tensor)
+        target = ispec.target
+        if self.state_prefix and kind != "constant" and target.startswith(self.state_prefix):
+            target = target[len(self.state_prefix):]
+        return StateRef(kind, target, tensor)
 
     def output_operand(self, node: fx.Node, o, written: dict) -> str:
         """A returned value: the input itself for an input's new value; for a chain of views of one,
@@ -694,10 +699,10 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
           pre_state: list | None = None, state_prefix: str = "") -> Lowered:
     """The full spec text: header, guards, kernels, body. `unguarded`: tensor leaves that written
     leaves are not guarded against overlapping (aliasing.guard_lines). `pre_state`: see _Lowerer.
-    `state_prefix`: what export's state names carry that the caller's state_index strips (the
-    submodule a compiled module is when a wrapper captures it)."""
+    `state_prefix`: what export's state names carry that the caller's do not (the submodule a
+    compiled module is when a wrapper captures it): stripped from the spec's state names."""
     _check_inplace_casts(ep)
-    lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values, grad_mode, pre_state)
+    lw = _Lowerer(ep, structure, leaf_of_input, state_index, leaf_values, grad_mode, pre_state, state_prefix)
     body = lw.run()
     written = aliasing.written_leaves(ep, leaf_of_input)
     state_written = {t[len(state_prefix):] if state_prefix and t.startswith(state_prefix) else t

@@ -113,7 +113,9 @@ def floor(model, prompt, steps, max_len):
 
 
 def run_mode(mode, model, prompt, steps, max_len, log):
-    import trident
+    # imported by the modes that use it: a run of the other modes never loads trident
+    if mode in ("trident", "backend"):
+        import trident
 
     def step(ids, cache):
         return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
@@ -142,7 +144,8 @@ def run_mode(mode, model, prompt, steps, max_len, log):
 
 
 def run_generate(mode, model, prompt, steps, max_len, log):
-    import trident
+    if mode == "generate-trident":
+        import trident
     kw = dict(max_new_tokens=steps + 3, min_new_tokens=steps + 3, do_sample=False, cache_implementation="static",
               pad_token_id=0)
     eager_forward = model.forward

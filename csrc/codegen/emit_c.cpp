@@ -1,5 +1,6 @@
 #include "codegen/emit_c.h"
 
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -14,6 +15,7 @@ namespace {
 // Integer helpers with Python semantics (floor division and modulo round toward -inf), because the
 // symbolic expressions come from Python-level shape arithmetic.
 const char* kHelpers = R"C(
+#include <math.h>
 #include <string.h>
 static inline int64_t trd_floordiv(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -43,6 +45,14 @@ static inline int64_t trd_disjoint(int64_t p, int64_t n, int64_t q, int64_t m) {
 std::string sym_operand(const ir::Operand& o) {
   if (o.kind == ir::Operand::Kind::Sym) return "s" + std::to_string(o.i);
   return "INT64_C(" + std::to_string(o.i) + ")";
+}
+
+// A float operand: $fN's double, or a literal (nan and the infinities by their math.h names).
+std::string float_operand(const ir::Operand& o) {
+  if (o.kind == ir::Operand::Kind::Sym) return "s" + std::to_string(o.i);
+  if (std::isnan(o.f)) return "NAN";
+  if (std::isinf(o.f)) return o.f > 0 ? "INFINITY" : "(-INFINITY)";
+  return "(" + ir::print_float(o.f) + ")";
 }
 
 struct SiteOut {
@@ -90,8 +100,11 @@ class SpecEmitter {
       return it->second;
     }
     if (o.kind == K::Sym) {
-      dyn.push_back("s" + std::to_string(o.i));
-      return ir::Operand::sym(static_cast<int64_t>(dyn.size() - 1));
+      // A float symbol travels as its bit pattern; the site's operand stays marked float ($fj).
+      bool f = o.j == 1;
+      dyn.push_back(f ? "trd_fbits(s" + std::to_string(o.i) + ")" : "s" + std::to_string(o.i));
+      auto pos = static_cast<int64_t>(dyn.size() - 1);
+      return f ? ir::Operand::fsym(pos) : ir::Operand::sym(pos);
     }
     ir::Operand r = o;
     for (auto& it : r.items) it = resolve(it, dyn);
@@ -103,6 +116,45 @@ class SpecEmitter {
     std::string s = std::string(type) + " " + name + "[" + std::to_string(dyn.size()) + "] = {";
     for (size_t k = 0; k < dyn.size(); ++k) s += (k ? ", " : "") + dyn[k];
     return s + "}; ";
+  }
+
+  // Python's float arithmetic, raising where Python raises (rt->fail's "Kind: message" form,
+  // trident_abi.h): the program a call runs must not compute an inf or a NaN that eager never
+  // returns.
+  void float_op(const ir::Instr& in, const std::string& r) {
+    using F = ir::Instr::FloatOp;
+    std::string a = in.fop == F::FromInt ? sym_operand(in.operands[0]) : float_operand(in.operands[0]);
+    std::string b = in.operands.size() > 1 ? float_operand(in.operands[1]) : "";
+    auto raise = [&](const std::string& cond, const char* message) {
+      line("if (" + cond + ") return rt->fail(f, \"" + message + "\");");
+    };
+    std::string e;
+    switch (in.fop) {
+      case F::Add: e = a + " + " + b; break;
+      case F::Sub: e = a + " - " + b; break;
+      case F::Mul: e = a + " * " + b; break;
+      case F::Div:
+        raise(b + " == 0.0", "ZeroDivisionError: float division by zero");
+        e = a + " / " + b;
+        break;
+      case F::Pow:
+        raise(a + " == 0.0 && " + b + " < 0.0", "ZeroDivisionError: zero to a negative power");
+        raise(a + " < 0.0 && isfinite(" + b + ") && " + b + " != floor(" + b + ")",
+              "ValueError: a negative number to a fractional power is complex");
+        e = "pow(" + a + ", " + b + ")";
+        break;
+      case F::Neg: e = "-" + a; break;
+      case F::Sqrt:
+        raise(a + " < 0.0", "ValueError: math domain error");
+        e = "sqrt(" + a + ")";
+        break;
+      case F::FromInt: e = "(double)" + a; break;
+    }
+    line("const double " + r + " = " + e + ";");
+    // Of + - * / **, only ** raises on overflow in Python; the others give inf, as C does.
+    if (in.fop == F::Pow)
+      raise("isinf(" + r + ") && isfinite(" + a + ") && isfinite(" + b + ")",
+            "OverflowError: (34, 'Numerical result out of range')");
   }
 
   int32_t add_site(const ir::Instr& site) {
@@ -154,6 +206,8 @@ class SpecEmitter {
         line("const int64_t " + r + " = " + e + ";");
         break;
       }
+      case K::FloatLeaf: line("const double " + r + " = L[" + std::to_string(in.a) + "].fval;"); break;
+      case K::FloatOp: float_op(in, r); break;
       case K::Call:
       case K::Launch: {
         ir::Instr site = in;

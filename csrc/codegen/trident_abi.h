@@ -68,7 +68,9 @@ typedef struct trd_rt {
   int (*launch)(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* ints, const double* floats);
   /* Drop the frame's reference to a slot (last use passed). */
   void (*release)(trd_frame* f, int32_t slot);
-  /* Record a failure raised by generated code itself (e.g. a symbolic size went negative). */
+  /* Record a failure raised by generated code itself (e.g. a symbolic size went negative). A message
+   * "ZeroDivisionError: ...", "ValueError: ..." or "OverflowError: ..." raises that Python exception
+   * with the rest of the message (Python float semantics); any other raises RuntimeError. */
   int (*fail)(trd_frame* f, const char* message);
 } trd_rt;
 

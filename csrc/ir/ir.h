@@ -3,7 +3,9 @@
 // A Module holds specializations. Each Spec has the guards that must hold for a call to use it and a
 // straight-line body. Values are of two families:
 //   %N  tensor-like values (an argument, captured module state, or a result of a call/launch);
-//   $N  64-bit symbolic integers computed natively (argument sizes, Python ints, arithmetic on them).
+//   $N  64-bit symbolic integers computed natively (argument sizes, Python ints, arithmetic on them);
+//   $fN doubles computed natively (Python float arguments, arithmetic on them). Ints and floats
+//       share one id space: $3 and $f3 cannot both exist.
 // The text form (printer.cpp / parser.cpp) is the interface between the Python lowering and the core,
 // and the unit of golden tests. docs/host_ir.md describes the syntax with examples.
 //
@@ -23,7 +25,7 @@ struct Operand {
     None, Bool, Int, Float, Str,
     Dtype, Layout, MemFmt, Device,  // typed enum literals: i holds the c10 enum value
     Value,                          // %N
-    Sym,                            // $N
+    Sym,                            // $N, or $fN (a float symbol) when j == 1
     List, Tuple, Dict,              // containers; Dict only in output trees (keys in `keys`)
     ArgRef, StateRef,               // arg(K), state(K): resolved tensor locations, only in the
                                     // call sites and output trees that codegen embeds in modules
@@ -52,6 +54,8 @@ struct Operand {
   static Operand integer(int64_t v) { Operand o; o.kind = Kind::Int; o.i = v; return o; }
   static Operand value(int64_t id) { Operand o; o.kind = Kind::Value; o.i = id; return o; }
   static Operand sym(int64_t id) { Operand o; o.kind = Kind::Sym; o.i = id; return o; }
+  static Operand fsym(int64_t id) { Operand o = sym(id); o.j = 1; return o; }
+  bool is_fsym() const { return kind == Kind::Sym && j == 1; }
 };
 
 // A field of the call that a guard reads. Leaf fields name a flattened user argument.
@@ -93,17 +97,24 @@ struct Instr {
     SymSize,  // $r = size %v, d
     SymStride,// $r = stride %v, d
     SymBin,   // $r = <op> a, b       (a, b: $N or int literal)
+    FloatLeaf,// $fr = float K        (Python float leaf K)
+    FloatOp,  // $fr = <fop> a[, b]   (a, b: $fN or float literal; itof takes $N or an int)
     Call,     // %r... = call "ns::op.overload" (operands)
     Launch,   // launch K grid(g0, g1, g2) (operands)      -- Triton kernel K of the module
     Release,  // release %v           (planner: last use passed)
     Return,   // return <tree>
   };
   enum class BinOp : uint8_t { Add, Sub, Mul, FloorDiv, Mod, Min, Max, CeilDiv };
+  // Python float semantics: fdiv by zero and fsqrt of a negative fail the call as Python raises;
+  // fpow fails where Python's result would be complex or raise (a negative base with a fractional
+  // exponent, zero to a negative power).
+  enum class FloatOp : uint8_t { Add, Sub, Mul, Div, Pow, Neg, Sqrt, FromInt };
   Kind kind = Kind::Return;
   std::vector<int64_t> results;  // %ids (Call) or the $id (Sym*) or %id (Arg/State)
   int64_t a = 0;                 // Arg/State/SymLeaf: leaf index; SymSize/Stride: %v; Launch: kernel
   int64_t b = 0;                 // SymSize/Stride: dim
   BinOp binop = BinOp::Add;
+  FloatOp fop = FloatOp::Add;
   std::string op;                // Call: qualified operator name with overload
   std::vector<Operand> operands; // Call/Launch arguments, SymBin's two operands, Return: one tree
   std::vector<Operand> grid;     // Launch: three grid dimensions ($N or int)
@@ -138,6 +149,8 @@ struct Module {
 // Names shared by printer, parser and codegen.
 const char* field_name(Field::Kind k);
 const char* guard_op_name(Guard::Op op);
+const char* float_op_name(Instr::FloatOp op);   // fadd fsub fmul fdiv fpow fneg fsqrt itof
+int float_op_arity(Instr::FloatOp op);
 const char* binop_name(Instr::BinOp op);
 
 }  // namespace trident::ir

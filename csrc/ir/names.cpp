@@ -52,4 +52,22 @@ const char* binop_name(Instr::BinOp op) {
   return "?";
 }
 
+const char* float_op_name(Instr::FloatOp op) {
+  switch (op) {
+    case Instr::FloatOp::Add: return "fadd";
+    case Instr::FloatOp::Sub: return "fsub";
+    case Instr::FloatOp::Mul: return "fmul";
+    case Instr::FloatOp::Div: return "fdiv";
+    case Instr::FloatOp::Pow: return "fpow";
+    case Instr::FloatOp::Neg: return "fneg";
+    case Instr::FloatOp::Sqrt: return "fsqrt";
+    case Instr::FloatOp::FromInt: return "itof";
+  }
+  return "?";
+}
+
+int float_op_arity(Instr::FloatOp op) {
+  return op == Instr::FloatOp::Neg || op == Instr::FloatOp::Sqrt || op == Instr::FloatOp::FromInt ? 1 : 2;
+}
+
 }  // namespace trident::ir

@@ -43,6 +43,11 @@ class Lexer {
     return true;
   }
   void advance(size_t n) { skip_space(); p_ += n; }
+  // One character right here (no space skipped): the `f` of `$fN`.
+  bool accept_char(char c) {
+    if (p_ < t_.size() && t_[p_] == c) { ++p_; return true; }
+    return false;
+  }
   void expect(const char* tok) { if (!accept(tok)) fail(std::string("'") + tok + "'"); }
 
   std::string word() {
@@ -147,6 +152,7 @@ Operand operand(Lexer& lx) {
   if (c == '%' || c == '$') {
     lx.accept(c == '%' ? "%" : "$");
     o.kind = c == '%' ? K::Value : K::Sym;
+    if (c == '$' && lx.accept_char('f')) o.j = 1;  // $fN: a float symbol
     o.i = lx.integer();
     return o;
   }
@@ -312,6 +318,28 @@ void launch_rest(Lexer& lx, Instr& in) {
   in.operands = operand_list(lx);
 }
 
+// `float K` or `<fop> a[, b]`, after `$fN =`.
+void float_rest(Lexer& lx, Instr& in) {
+  std::string w = lx.word();
+  if (w == "float") {
+    in.kind = Instr::Kind::FloatLeaf;
+    in.a = lx.integer();
+    return;
+  }
+  for (int k = 0; k <= static_cast<int>(Instr::FloatOp::FromInt); ++k) {
+    auto op = static_cast<Instr::FloatOp>(k);
+    if (w != float_op_name(op)) continue;
+    in.kind = Instr::Kind::FloatOp;
+    in.fop = op;
+    for (int n = 0; n < float_op_arity(op); ++n) {
+      if (n) lx.expect(",");
+      in.operands.push_back(operand(lx));
+    }
+    return;
+  }
+  lx.fail("float or a float operator");
+}
+
 Instr instr(Lexer& lx) {
   using K = Instr::Kind;
   Instr in;
@@ -321,7 +349,19 @@ Instr instr(Lexer& lx) {
   if (lx.accept("launch")) { launch_rest(lx, in); return in; }
   char sigil = lx.peek();
   if (sigil != '%' && sigil != '$') lx.fail("an instruction");
-  in.results = results(lx, sigil);
+  if (sigil == '$') {  // `$fN = ...`: a float instruction
+    lx.expect("$");
+    if (lx.accept_char('f')) {
+      in.results.push_back(lx.integer());
+      lx.expect("=");
+      float_rest(lx, in);
+      return in;
+    }
+    in.results.push_back(lx.integer());
+    lx.expect("=");
+  } else {
+    in.results = results(lx, sigil);
+  }
   std::string w = lx.word();
   if (sigil == '%') {
     if (w == "arg" || w == "state") { in.kind = w == "arg" ? K::Arg : K::State; in.a = lx.integer(); return in; }

@@ -77,7 +77,7 @@ std::string print_operand(const Operand& o) {
     case K::Value: return "%" + std::to_string(o.i);
     case K::ArgRef: return "arg(" + std::to_string(o.i) + ")";
     case K::StateRef: return "state(" + std::to_string(o.i) + ")";
-    case K::Sym: return "$" + std::to_string(o.i);
+    case K::Sym: return (o.j == 1 ? "$f" : "$") + std::to_string(o.i);
     case K::Ptr:
       if (o.items.size() != 2) return "ptr(?)";
       return "ptr(" + print_operand(o.items[0]) + ", " + print_operand(o.items[1]) + ")";
@@ -156,6 +156,12 @@ std::string print_instr(const Instr& in) {
     case K::SymBin:
       return vals('$') + " = " + binop_name(in.binop) + " " + print_operand(in.operands[0]) + ", " +
              print_operand(in.operands[1]);
+    case K::FloatLeaf: return "$f" + std::to_string(in.results.at(0)) + " = float " + std::to_string(in.a);
+    case K::FloatOp: {
+      std::string s = "$f" + std::to_string(in.results.at(0)) + " = " + float_op_name(in.fop) + " ";
+      for (size_t k = 0; k < in.operands.size(); ++k) s += (k ? ", " : "") + print_operand(in.operands[k]);
+      return s;
+    }
     case K::Call: {
       std::string lhs = in.results.empty() ? "" : vals('%') + " = ";
       return lhs + "call " + quote(in.op) + " " + args(in.operands);

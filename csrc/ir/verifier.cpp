@@ -16,7 +16,7 @@ namespace {
 struct Checker {
   const Spec& s;
   int nleaves;
-  std::set<int64_t> values, syms, released, args, kernel_ids;
+  std::set<int64_t> values, syms, fsyms, released, args, kernel_ids;
 
   [[noreturn]] void fail(const std::string& what, const Instr* in = nullptr) const {
     std::string where = "spec " + std::to_string(s.id);
@@ -30,7 +30,11 @@ struct Checker {
       if (!values.count(o.i)) fail("%" + std::to_string(o.i) + " used before definition", &in);
       if (released.count(o.i)) fail("%" + std::to_string(o.i) + " used after release", &in);
     } else if (o.kind == K::Sym) {
-      if (!syms.count(o.i)) fail("$" + std::to_string(o.i) + " used before definition", &in);
+      bool f = o.j == 1;
+      if (!(f ? fsyms : syms).count(o.i)) {
+        std::string name = (f ? "$f" : "$") + std::to_string(o.i);
+        fail(name + ((f ? syms : fsyms).count(o.i) ? " names a symbol of the other type" : " used before definition"), &in);
+      }
     } else if ((o.kind == K::Dict || o.kind == K::Object || (o.kind == K::Update && o.j != 1)) &&
                o.keys.size() != o.items.size()) {
       fail("dict, object or update with mismatched names and items", &in);
@@ -40,14 +44,23 @@ struct Checker {
     } else if (o.kind == K::Ptr) {
       if (in.kind != Instr::Kind::Launch) fail("ptr(...) is a launch operand only", &in);
       if (o.items.size() != 2 || o.items[0].kind != K::Value ||
-          (o.items[1].kind != K::Int && o.items[1].kind != K::Sym))
+          (o.items[1].kind != K::Int && (o.items[1].kind != K::Sym || o.items[1].j == 1)))
         fail("ptr(...) takes a tensor %N and a byte offset (an int or $N)", &in);
     }
     for (const auto& it : o.items) use(it, in);
   }
 
   void define(std::set<int64_t>& into, int64_t id, const Instr& in, char sigil) {
-    if (!into.insert(id).second) fail(std::string(1, sigil) + std::to_string(id) + " defined twice", &in);
+    // ints and floats share one id space
+    bool other = &into == &syms ? fsyms.count(id) > 0 : &into == &fsyms ? syms.count(id) > 0 : false;
+    if (other || !into.insert(id).second) fail(std::string(1, sigil) + std::to_string(id) + " defined twice", &in);
+  }
+
+  // An integer operand ($N or an int literal): sizes, grids, offsets, int arithmetic.
+  void int_operand(const Operand& o, const Instr& in, const char* what) {
+    if (o.kind != Operand::Kind::Int && !(o.kind == Operand::Kind::Sym && o.j != 1))
+      fail(std::string(what) + " must be $N or an int", &in);
+    use(o, in);
   }
 
   void field(const Field& f) {
@@ -90,18 +103,29 @@ struct Checker {
           break;
         case K::SymBin:
           if (in.operands.size() != 2) fail("symbolic operator needs two operands", &in);
-          for (const auto& o : in.operands) {
-            if (o.kind != Operand::Kind::Sym && o.kind != Operand::Kind::Int) fail("symbolic operand must be $N or an int", &in);
-            use(o, in);
-          }
+          for (const auto& o : in.operands) int_operand(o, in, "symbolic operand");
           define(syms, in.results.at(0), in, '$');
+          break;
+        case K::FloatLeaf: leaf(in.a, &in); define(fsyms, in.results.at(0), in, '$'); break;
+        case K::FloatOp:
+          if (static_cast<int>(in.operands.size()) != float_op_arity(in.fop))
+            fail(std::string(float_op_name(in.fop)) + " takes " + std::to_string(float_op_arity(in.fop)) + " operands", &in);
+          for (const auto& o : in.operands) {
+            if (in.fop == Instr::FloatOp::FromInt) {
+              int_operand(o, in, "itof's operand");
+            } else {
+              if (o.kind != Operand::Kind::Float && !o.is_fsym()) fail("float operand must be $fN or a float", &in);
+              use(o, in);
+            }
+          }
+          define(fsyms, in.results.at(0), in, '$');
           break;
         case K::Call:
         case K::Launch:
           if (in.kind == K::Call && in.op.find("::") == std::string::npos) fail("operator name without namespace", &in);
           if (in.kind == K::Launch && in.grid.size() != 3) fail("launch grid needs three dimensions", &in);
           if (in.kind == K::Launch && !kernel_ids.count(in.a)) fail("launch of undeclared kernel " + std::to_string(in.a), &in);
-          for (const auto& o : in.grid) use(o, in);
+          for (const auto& o : in.grid) int_operand(o, in, "a grid dimension");
           for (const auto& o : in.operands) use(o, in);
           for (int64_t r : in.results) define(values, r, in, '%');
           break;
@@ -143,7 +167,7 @@ int count_structure_leaves(const std::string& st) {
 }
 
 void verify(const Spec& s) {
-  Checker c{s, count_structure_leaves(s.structure), {}, {}, {}, {}, {}};
+  Checker c{s, count_structure_leaves(s.structure), {}, {}, {}, {}, {}, {}};
   c.run();
 }
 

@@ -101,6 +101,15 @@ ArgPlan plan(const ir::Operand& o, const c10::Argument& arg, const std::string& 
     p.ref = o;
     return p;
   }
+  if (o.is_fsym()) {
+    auto tk = t->kind();
+    if (tk == c10::TypeKind::TensorType) p.kind = ArgPlan::Kind::FloatTensor;
+    else if (tk == c10::TypeKind::FloatType || tk == c10::TypeKind::NumberType || tk == c10::TypeKind::SymFloatType)
+      p.kind = ArgPlan::Kind::Float;
+    else bad(op, k, "float given where the schema expects " + t->str());
+    p.ref = o;
+    return p;
+  }
   if (o.kind == K::Sym) {
     p.kind = t->kind() == c10::TypeKind::TensorType  ? ArgPlan::Kind::SymTensor
              : t->kind() == c10::TypeKind::FloatType ? ArgPlan::Kind::SymFloat
@@ -112,6 +121,8 @@ ArgPlan plan(const ir::Operand& o, const c10::Argument& arg, const std::string& 
     if (t->kind() != c10::TypeKind::ListType) bad(op, k, "list given where the schema expects " + t->str());
     auto elem = t->expectRef<c10::ListType>().getElementType();
     p.items = o.items;
+    for (const auto& it : o.items)
+      if (it.is_fsym()) bad(op, k, "a list holding a run-time float is not supported");
     switch (elem->kind()) {
       case c10::TypeKind::IntType:
       case c10::TypeKind::SymIntType: p.kind = ArgPlan::Kind::IntList; return p;
@@ -219,6 +230,13 @@ torch::jit::Stack AtenSite::boxed_arguments(const trd_frame& f, const int64_t* d
       case ArgPlan::Kind::SymFloat: stack.emplace_back(static_cast<double>(dyn[p.ref.i])); break;
       case ArgPlan::Kind::SymTensor: {
         at::Tensor w = c10::scalar_to_tensor(c10::Scalar(dyn[p.ref.i]));
+        w.unsafeGetTensorImpl()->set_wrapped_number(true);
+        stack.emplace_back(std::move(w));
+        break;
+      }
+      case ArgPlan::Kind::Float: stack.emplace_back(dyn_float(dyn, p.ref.i)); break;
+      case ArgPlan::Kind::FloatTensor: {
+        at::Tensor w = c10::scalar_to_tensor(c10::Scalar(dyn_float(dyn, p.ref.i)));
         w.unsafeGetTensorImpl()->set_wrapped_number(true);
         stack.emplace_back(std::move(w));
         break;

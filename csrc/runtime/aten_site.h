@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ struct ArgPlan {
     Const, Tensor, Sym, IntList, TensorList, OptTensorList,
     SymTensor,  // a runtime integer where the schema wants a Tensor: a 0-dim wrapped number
     SymFloat,   // a runtime integer where the schema wants a float
+    Float,        // a runtime float ($fj: dyn holds its bits) where the schema wants a float or Scalar
+    FloatTensor,  // a runtime float where the schema wants a Tensor: a 0-dim wrapped number
   };
   Kind kind = Kind::Const;
   c10::IValue constant;          // Const
@@ -61,6 +64,13 @@ struct AtenSite {
   int64_t integer(size_t k, const int64_t* dyn) const;
   void set_result(trd_frame& f, size_t k, at::Tensor t) const { f.slots[result_slots[k]] = std::move(t); }
 };
+
+// The run-time float a site's $fj operand names: dyn carries its bit pattern.
+inline double dyn_float(const int64_t* dyn, int64_t j) {
+  double v;
+  std::memcpy(&v, dyn + j, sizeof v);
+  return v;
+}
 
 // Resolve a call instruction in site form (operands resolved to locations, $N = dyn index).
 // Throws std::invalid_argument naming the operator and the operand on any mismatch.

@@ -293,26 +293,32 @@ const c10::TypedOperatorHandle<Sig>& handle(const AtenSite& s) {
   return *static_cast<const c10::TypedOperatorHandle<Sig>*>(s.typed_handle.get());
 }
 
+// A Scalar operand: a constant number, or a run-time float ($fj).
+c10::Scalar scalar_operand(const AtenSite& s, size_t k, const int64_t* dyn) {
+  const ArgPlan& p = s.args[k];
+  return p.kind == P::Float ? c10::Scalar(dyn_float(dyn, p.ref.i)) : p.constant.toScalar();
+}
+
 void generic_t(const AtenSite& s, trd_frame& f, const int64_t*) {
   s.set_result(f, 0, handle<SigT>(s).call(tensor_operand(s, f, 0)));
 }
 void generic_tt(const AtenSite& s, trd_frame& f, const int64_t*) {
   s.set_result(f, 0, handle<SigTT>(s).call(tensor_operand(s, f, 0), tensor_operand(s, f, 1)));
 }
-void generic_ts(const AtenSite& s, trd_frame& f, const int64_t*) {
-  s.set_result(f, 0, handle<SigTS>(s).call(tensor_operand(s, f, 0), s.args[1].constant.toScalar()));
+void generic_ts(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
+  s.set_result(f, 0, handle<SigTS>(s).call(tensor_operand(s, f, 0), scalar_operand(s, 1, dyn)));
 }
-void generic_tts(const AtenSite& s, trd_frame& f, const int64_t*) {
+void generic_tts(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   s.set_result(f, 0, handle<SigTTS>(s).call(tensor_operand(s, f, 0), tensor_operand(s, f, 1),
-                                            s.args[2].constant.toScalar()));
+                                            scalar_operand(s, 2, dyn)));
 }
-void generic_tss(const AtenSite& s, trd_frame& f, const int64_t*) {
-  s.set_result(f, 0, handle<SigTSS>(s).call(tensor_operand(s, f, 0), s.args[1].constant.toScalar(),
-                                            s.args[2].constant.toScalar()));
+void generic_tss(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
+  s.set_result(f, 0, handle<SigTSS>(s).call(tensor_operand(s, f, 0), scalar_operand(s, 1, dyn),
+                                            scalar_operand(s, 2, dyn)));
 }
 
 // 'T' for a Tensor formal whose operand is a location or a constant tensor, 'S' for a Scalar formal
-// with a constant number; anything else ends the match.
+// with a constant number or a run-time float; anything else ends the match.
 std::string generic_signature(const AtenSite& site) {
   const auto& schema = site.op.schema();
   if (schema.returns().size() != 1 || schema.returns()[0].type()->kind() != c10::TypeKind::TensorType ||
@@ -327,8 +333,8 @@ std::string generic_signature(const AtenSite& site) {
     const auto kind = a.type()->kind();
     if (kind == c10::TypeKind::TensorType && (p.kind == P::Tensor || (p.kind == P::Const && p.constant.isTensor())))
       sig += 'T';
-    else if (kind == c10::TypeKind::NumberType && p.kind == P::Const &&
-             (p.constant.isInt() || p.constant.isDouble() || p.constant.isBool()))
+    else if (kind == c10::TypeKind::NumberType && (p.kind == P::Float || (p.kind == P::Const &&
+             (p.constant.isInt() || p.constant.isDouble() || p.constant.isBool()))))
       sig += 'S';
     else
       return "";

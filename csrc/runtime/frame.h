@@ -25,5 +25,5 @@ struct trd_frame {
   std::string error;                        // set by a failing runtime call
   // The kind of c10 error it was, so the caller gets the Python type eager's op raises (c10's
   // IndexError is Python's IndexError, and so on); kRuntime for anything else.
-  enum class ErrorKind : uint8_t { kRuntime, kIndex, kValue, kType, kNotImplemented } error_kind = ErrorKind::kRuntime;
+  enum class ErrorKind : uint8_t { kRuntime, kIndex, kValue, kType, kNotImplemented, kZeroDivision, kOverflow } error_kind = ErrorKind::kRuntime;
 };

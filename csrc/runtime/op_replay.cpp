@@ -98,7 +98,9 @@ bool OpReplay::key_of(const AtenSite& s, const trd_frame& f, const int64_t* dyn,
       }
       case P::Sym:
       case P::SymFloat:
-      case P::SymTensor: key.push_back(dyn[p.ref.i]); break;
+      case P::SymTensor:
+      case P::Float:
+      case P::FloatTensor: key.push_back(dyn[p.ref.i]); break;
       case P::IntList:
         for (const auto& it : p.items) key.push_back(it.kind == ir::Operand::Kind::Sym ? dyn[it.i] : it.i);
         break;

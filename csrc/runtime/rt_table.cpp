@@ -3,6 +3,8 @@
 // becomes one Python exception and the module stays usable.
 #include <c10/util/Exception.h>
 
+#include <cstring>
+
 #include "runtime/loaded_module.h"
 
 namespace trident::runtime {
@@ -49,8 +51,19 @@ int rt_launch(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* d
 
 void rt_release(trd_frame* f, int32_t slot) { f->slots[slot].reset(); }
 
+// Generated code names the Python exception it stands for as "Kind: message" (trident_abi.h).
 int rt_fail(trd_frame* f, const char* message) {
+  static const struct { const char* prefix; Kind kind; } kinds[] = {
+      {"ZeroDivisionError: ", Kind::kZeroDivision}, {"ValueError: ", Kind::kValue},
+      {"OverflowError: ", Kind::kOverflow}};
   f->error = message;
+  f->error_kind = Kind::kRuntime;
+  for (const auto& k : kinds) {
+    if (f->error.rfind(k.prefix, 0) == 0) {
+      f->error = f->error.substr(std::strlen(k.prefix));
+      f->error_kind = k.kind;
+    }
+  }
   return 1;
 }
 

@@ -167,11 +167,11 @@ LaunchSite resolve_launch(const ir::Instr& in, const KernelInfo& k) {
       if (o.kind == K::Ptr) {  // ptr(base, off): the verifier checked the shape of it
         q.ref = o.items.at(0);
         const ir::Operand& off = o.items.at(1);
-        if (off.kind == K::Sym) q.offset_dyn = static_cast<int32_t>(off.i);
+        if (off.kind == K::Sym && off.j != 1) q.offset_dyn = static_cast<int32_t>(off.i);
         else q.i = off.i;
       }
     } else if (o.kind == K::Sym) {
-      q.kind = LaunchSite::Param::Kind::Dyn;
+      q.kind = o.j == 1 ? LaunchSite::Param::Kind::DynFloat : LaunchSite::Param::Kind::Dyn;
       q.ref = o;
     } else if (o.kind == K::Int || o.kind == K::Bool) {
       q.kind = LaunchSite::Param::Kind::Int;
@@ -209,6 +209,12 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
       case Param::Kind::Dyn: slots[p] = pack(k.params()[p], dyn[q.ref.i], 0.0, false); break;
       case Param::Kind::Int: slots[p] = pack(k.params()[p], q.i, 0.0, false); break;
       case Param::Kind::Float: slots[p] = pack(k.params()[p], 0, q.f, true); break;
+      case Param::Kind::DynFloat: {
+        double v;
+        std::memcpy(&v, dyn + q.ref.i, sizeof v);
+        slots[p] = pack(k.params()[p], 0, v, true);
+        break;
+      }
     }
     ptrs[p] = &slots[p];
   }

@@ -49,8 +49,8 @@ class KernelInfo {
 
 struct LaunchSite {
   struct Param {
-    enum class Kind : uint8_t { Tensor, Int, Dyn, Float } kind = Kind::Int;
-    ir::Operand ref;  // Tensor: location; Dyn: dyn index in ref.i
+    enum class Kind : uint8_t { Tensor, Int, Dyn, Float, DynFloat } kind = Kind::Int;
+    ir::Operand ref;  // Tensor: location; Dyn, DynFloat: dyn index in ref.i (DynFloat: a double's bits)
     int64_t i = 0;    // Int: the value; Tensor: a byte offset added to the data pointer (ptr(...))
     int32_t offset_dyn = -1;  // Tensor: the dyn index of a further byte offset, or -1
     double f = 0.0;

@@ -1,5 +1,7 @@
 #include "outputs.h"
 
+#include <cstring>
+
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -143,7 +145,12 @@ PyObject* build(const ir::Operand& o, Sources& src) {
     case K::Value: return wrap_slot(src.slots, o.i, src.wrapped);
     case K::StateRef: return wrap(src.state[o.i]);
     case K::ArgRef: Py_INCREF(src.arg_objects[o.i]); return src.arg_objects[o.i];
-    case K::Sym: return PyLong_FromLongLong(src.out_ints[o.i]);
+    case K::Sym: {
+      if (o.j != 1) return PyLong_FromLongLong(src.out_ints[o.i]);
+      double v;  // a float symbol's bits ($fj)
+      std::memcpy(&v, &src.out_ints[o.i], sizeof v);
+      return PyFloat_FromDouble(v);
+    }
     case K::None: Py_RETURN_NONE;
     case K::Bool: return PyBool_FromLong(static_cast<long>(o.i));
     case K::Int: return PyLong_FromLongLong(o.i);

@@ -131,6 +131,8 @@ PyObject* python_error_type(trd_frame::ErrorKind kind) {
     case trd_frame::ErrorKind::kValue: return PyExc_ValueError;
     case trd_frame::ErrorKind::kType: return PyExc_TypeError;
     case trd_frame::ErrorKind::kNotImplemented: return PyExc_NotImplementedError;
+    case trd_frame::ErrorKind::kZeroDivision: return PyExc_ZeroDivisionError;
+    case trd_frame::ErrorKind::kOverflow: return PyExc_OverflowError;
     case trd_frame::ErrorKind::kRuntime: break;
   }
   return PyExc_RuntimeError;

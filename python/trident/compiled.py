@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import re
 import struct
+import sys
 import threading
 import types
 import warnings
@@ -23,7 +25,8 @@ from .lower import StateRef, lower, state_key
 log = logging.getLogger("trident")
 
 
-def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False) -> torch.nn.Module:
+def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False,
+                     float_paths: list | None = None) -> torch.nn.Module:
     """Lets torch.export capture a plain function: a module whose forward has one named parameter
     per argument (export's dynamic_shapes are keyed by those names; *args forwards break it). The
     parameters are a0.. for positional arguments and k0.. for keyword arguments, whatever the
@@ -32,28 +35,39 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
 
     `post_state`: the forward returns (fn's result, every argument as it is after the call), so
     export's output spec holds what the call did to the objects it was given (output_trees.py).
-    fn may be a module (trident.compile(model) called with objects): it becomes submodule `fn`."""
+    fn may be a module (trident.compile(model) called with objects): it becomes submodule `fn`.
+
+    `float_paths`: where in (a0.., k0..) run-time floats arrive as 0-dim tensors (_tuple_paths);
+    the forward passes fn their `.item()` (the arguments it returns after the call stay as given)."""
     params = [f"a{i}" for i in range(npos)]
     kparams = [f"k{j}" for j in range(len(kwnames))]
     sig = ", ".join(["self"] + params + (["*"] + kparams if kparams else []))
-    call = ", ".join(params + ([f"**dict(zip(self.kwnames, ({', '.join(kparams)},)))"] if kparams else []))
     everything = ", ".join(params + kparams) + ("," if len(params + kparams) == 1 else "")
+    inner = params + kparams
+    prologue = ""
+    if float_paths:
+        inner = [f"v{i}" for i in range(len(inner))]
+        prologue = f"    ({', '.join(inner)},) = _items_at(({everything}), self.float_paths)\n"
+    ipos, ikw = inner[:npos], inner[npos:]
+    call = ", ".join(ipos + ([f"**dict(zip(self.kwnames, ({', '.join(ikw)},)))"] if ikw else []))
     close = f"), ({everything})" if post_state else ")"
-    ns: dict = {}
+    ns: dict = {"_items_at": _items_at}
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
         # A bound method of a module (model.decode_step): the module becomes a submodule, so export
         # lifts its parameters and buffers by name instead of meeting them as closure constants.
-        exec(f"def forward({sig}):\n    return (self.fn(self.owner, {call}){close}\n", ns)
+        exec(f"def forward({sig}):\n{prologue}    return (self.fn(self.owner, {call}){close}\n", ns)
         module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
         module.owner = owner
         module.fn = fn.__func__
         module.kwnames = tuple(kwnames)
+        module.float_paths = list(float_paths or ())
         return module
-    exec(f"def forward({sig}):\n    return (self.fn({call}){close}\n", ns)
+    exec(f"def forward({sig}):\n{prologue}    return (self.fn({call}){close}\n", ns)
     module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
     module.fn = fn
     module.kwnames = tuple(kwnames)
+    module.float_paths = list(float_paths or ())
     # Modules and parameters the function reaches through its closure or the globals it names: export
     # lifts a parameter only under a name of the module it exports (a KeyError otherwise), so they
     # become the wrapper's submodules and parameters.
@@ -212,6 +226,47 @@ def _mark_leaves(args: tuple, kwargs: dict):
     return margs, mkwargs, values
 
 
+def _tuple_paths(args: tuple, kwargs: dict) -> list:
+    """Per leaf in _mark_leaves order, its index path into (*args, *kwargs.values()) when only
+    tuples lie on the way (rebuilding those inside the trace changes nothing a function can see),
+    else None (inside a list, dict or object)."""
+    out: list = []
+
+    def walk(x, path):
+        if type(x) is tuple:
+            for i, v in enumerate(x):
+                walk(v, None if path is None else path + (i,))
+        elif type(x) in (list, dict) or arg_objects.is_flattened(type(x)):
+            _map_arg_tree(x, lambda _v, _p: out.append(None), "")
+        else:
+            out.append(path)
+
+    for i, v in enumerate(list(args) + list(kwargs.values())):
+        walk(v, (i,))
+    return out
+
+
+def _floats_as_tensors(values: tuple, paths: list) -> tuple:
+    """values with the float at each path replaced by a 0-dim float64 tensor: how a run-time
+    float reaches export (float_symbols.py); _items_at turns it back inside the trace."""
+    for path in paths:
+        values = _replace_at(values, path, lambda v: torch.tensor(v, dtype=torch.float64))
+    return values
+
+
+def _items_at(values: tuple, paths: list) -> tuple:
+    """Inside the capture: each path's 0-dim tensor back to a Python float (a SymFloat)."""
+    for path in paths:
+        values = _replace_at(values, path, lambda t: t.item())
+    return values
+
+
+def _replace_at(x: tuple, path: tuple, fn):
+    items = list(x)
+    items[path[0]] = fn(items[path[0]]) if len(path) == 1 else _replace_at(items[path[0]], path[1:], fn)
+    return tuple(items)
+
+
 def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
     """A readable name per leaf, in _mark_leaves order: the parameter name, indexed into tuples,
     lists and dicts (`caches[3][0]`, `batch['ids']`)."""
@@ -241,11 +296,12 @@ def _dense_layout(sizes, strides) -> tuple:
 
 def capture_key(structure: str, leaves: list[dict], marks: set, grad_mode: bool) -> tuple:
     """Everything a capture specialized on: the leaves with the marked (symbolic) sizes and ints
-    masked out. Two calls with the same key differ only in values the captured program computes
+    and floats masked out. Two calls with the same key differ only in values the captured program computes
     symbolically, so it is valid for both, up to its shape guards (which the spec carries and the
     controller checks). Data pointers are not baked into a program (alignment is the spec's guard)."""
     sized = {(leaf, d) for kind, leaf, *rest in marks if kind == "size" for d in rest}
     ints = {leaf for kind, leaf, *_ in marks if kind == "int"}
+    floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
     parts = []
     for k, l in enumerate(leaves):
         if l["kind"] == 1:
@@ -256,6 +312,8 @@ def capture_key(structure: str, leaves: list[dict], marks: set, grad_mode: bool)
                           sizes, layout))
         elif l["kind"] == 2:
             parts.append((2, None if k in ints else l["ival"]))
+        elif k in floats:
+            parts.append((3, None))
         else:  # a float by its bits: -0.0 == 0.0, but a program that baked one in is wrong for the other
             parts.append((l["kind"], l["ival"], struct.pack("<d", l["fval"])))
     return structure, frozenset(marks), grad_mode, tuple(parts)
@@ -277,6 +335,21 @@ def _module_layout(module) -> tuple | None:
         return None
     return (tuple(m.training for m in module.modules()), tuple(n for n, _ in module.named_parameters()),
             tuple(n for n, _ in module.named_buffers()))
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_stacklevel() -> int:
+    """warnings.warn's stacklevel, called from here, of the first frame outside this package."""
+    def inside(frame) -> bool:
+        d = os.path.dirname(os.path.abspath(frame.f_code.co_filename))
+        return d == _PACKAGE_DIR or d.startswith(_PACKAGE_DIR + os.sep)
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None and inside(frame):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class CompiledFunction:
@@ -319,6 +392,7 @@ class CompiledFunction:
         self._eager_keys: dict[tuple, str] = {}
         # (structure, symbolic marks, grad mode) whose symbolic capture failed: static from then on
         self._static_only: set = set()
+        self._floats_said: set = set()  # names of floats said not to be run-time values (_lower)
         scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs)
         self._scm = weakref.ref(scm)
         self._held = scm  # until detach()
@@ -375,7 +449,7 @@ class CompiledFunction:
                 result = self.fn(*args, **kwargs)
                 why = f"{e}; this call ran the original function eagerly, which did not raise"
                 self._eager_keys[capture_key(structure, leaves, set(), torch.is_grad_enabled())] = why
-                self._warn_fallback(why, stacklevel=3)
+                self._warn_fallback(why)
                 return result
             return NotImplemented if why is None else self._fallback(args, kwargs, why)
 
@@ -427,10 +501,9 @@ class CompiledFunction:
         self._warn_fallback(reason)
         return self.fn(*args, **kwargs)
 
-    def _warn_fallback(self, reason: str, stacklevel: int = 4):
-        """Count a call that runs eagerly, and say why once per reason (the warning points at the
-        caller's line: `stacklevel` frames up from here)."""
-        self._warn_once(reason, stacklevel + 1)
+    def _warn_fallback(self, reason: str):
+        """Count a call that runs eagerly, and say why once per reason (at the caller's line)."""
+        self._warn_once(reason)
         self.scm.note_fallback()
 
     def lower_call(self, /, *args, **kwargs):
@@ -513,8 +586,9 @@ class CompiledFunction:
         self.last_ops.append(lowered.ops)
         self.kernels.extend(lowered.kernel_notes)
 
-    def _dynamic_marks(self, structure: str, leaves: list[dict]) -> set:
-        """Which sizes and ints to capture symbolically for this call (see Options.dynamic)."""
+    def _dynamic_marks(self, structure: str, leaves: list[dict], float_leaves: set) -> set:
+        """Which sizes, ints and floats to capture symbolically for this call (see Options.dynamic).
+        `float_leaves`: the leaves that can be run-time floats (_tuple_paths)."""
         if self.options.dynamic is False:
             return set()
         marks = self._dynamic.setdefault(structure, set())
@@ -524,7 +598,13 @@ class CompiledFunction:
                     marks |= {("size", k, d) for d in range(l["dim"])}
                 elif l["kind"] == 2:
                     marks.add(("int", k))
+                elif l["kind"] == 3 and k in float_leaves:
+                    marks.add(("float", k))
             return marks
+        # Floats are run-time values from the first call (float_symbols.py): a float is a number the
+        # program computes with far more often than a switch; one that decides a branch is
+        # captured again as a constant, said once (_lower).
+        marks |= {("float", k) for k in float_leaves if leaves[k]["kind"] == 3}
         first = self._first_seen.setdefault(structure, leaves)
         for k, (a, b) in enumerate(zip(first, leaves)):
             if a["kind"] == 1 and a["dim"] == b["dim"]:
@@ -534,33 +614,55 @@ class CompiledFunction:
         return marks
 
     def _lower(self, args, kwargs, structure: str, leaves: list[dict]):
-        marks = self._dynamic_marks(structure, leaves)
-        static_key = (structure, frozenset(marks), torch.is_grad_enabled())
-        if marks and static_key not in self._static_only:
+        paths = _tuple_paths(args, kwargs)
+        marks = self._dynamic_marks(structure, leaves, {k for k, p in enumerate(paths) if p is not None})
+        # The symbolic attempts, most general first: a float that cannot be a run-time value (it
+        # decides a branch) must not cost the sizes and ints their symbols.
+        attempts = [marks] if marks else []
+        if any(m[0] == "float" for m in marks) and any(m[0] != "float" for m in marks):
+            attempts.append({m for m in marks if m[0] != "float"})
+        names = None
+        for attempt in attempts:
+            static_key = (structure, frozenset(attempt), torch.is_grad_enabled())
+            if static_key in self._static_only:
+                continue
             try:
-                return self._lower_with(args, kwargs, structure, leaves, marks)
+                return self._lower_with(args, kwargs, structure, leaves, attempt)
             except CaptureRaisedError:
                 raise
             except UnsupportedError as e:
                 # Not silent: every new value of what varies now costs a capture and a compile. Said
-                # once; later calls like it skip the symbolic attempt (it would fail the same way).
+                # once; later calls like it skip this attempt (it would fail the same way).
                 self._static_only.add(static_key)
-                names = _leaf_names(args, kwargs, self.signature)
-                varying = sorted({names[leaf] for _, leaf, *_ in marks if leaf < len(names)})
+                names = names or _leaf_names(args, kwargs, self.signature)
+                dropped = attempt - (attempts[-1] if attempt is not attempts[-1] else set())
+                varying = sorted({names[leaf] for _, leaf, *_ in dropped if leaf < len(names)})
                 reason = str(e).strip().splitlines()[0][:300]
-                self._warn_once(
-                    f"the arguments that vary ({', '.join(varying)}) could not be captured symbolically "
-                    f"({reason}); each new value compiles a specialization of its own, up to "
-                    f"max_specializations={self.options.max_specializations}")
+                tail = f"up to max_specializations={self.options.max_specializations}"
+                if all(m[0] == "float" for m in dropped):
+                    if tuple(varying) not in self._floats_said:  # once, whatever else varied with them
+                        self._floats_said.add(tuple(varying))
+                        self._warn_once(f"the floats {', '.join(varying)} cannot be run-time values ({reason}); "
+                                        f"each new value of them compiles a specialization of its own, {tail}")
+                else:
+                    self._warn_once(f"the arguments that vary ({', '.join(varying)}) could not be captured "
+                                    f"symbolically ({reason}); each new value compiles a specialization of "
+                                    f"its own, {tail}")
         return self._lower_with(args, kwargs, structure, leaves, set())
 
-    def _warn_once(self, reason: str, stacklevel: int = 5):
-        """A RuntimeWarning, once per reason, pointing `stacklevel` frames up from here (the
-        caller's line), and a log line at INFO (at WARNING, logging printed it twice)."""
+    @property
+    def said(self) -> list[str]:
+        """What this function warned about once (fallbacks, specializations it must repeat)."""
+        return sorted(self._fallback_logged)
+
+    def _warn_once(self, reason: str):
+        """A RuntimeWarning, once per reason, at the first frame outside this package (the
+        caller's line, however deep the miss path is), and a log line at INFO (at WARNING, logging
+        printed it twice)."""
         if reason not in self._fallback_logged:
             self._fallback_logged.add(reason)
             msg = f"trident: {self.name}: {reason}"
-            warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
+            warnings.warn(msg, RuntimeWarning, stacklevel=_caller_stacklevel())
             log.info(msg)
 
     def _lower_with(self, args, kwargs, structure: str, leaves: list[dict], marks: set):
@@ -572,10 +674,23 @@ class CompiledFunction:
             m_args, m_kwargs = tuple(mbound.args), dict(mbound.kwargs)
         else:
             ex_args, ex_kwargs, m_args, m_kwargs = args, kwargs, margs, mkwargs
+        # Run-time floats (float_symbols.py) reach export as 0-dim tensors at these paths of the
+        # wrapper's (a0.., k0..): the leaves _tuple_paths finds among the marked ones.
+        floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
+        float_paths = []
+        if floats:
+            order: list = []
+            for v in list(m_args) + list(m_kwargs.values()):
+                _map_arg_tree(v, lambda x, _p: order.append(x), "")
+            float_paths = [p for m, p in zip(order, _tuple_paths(m_args, m_kwargs))
+                           if p is not None and isinstance(m, _Leaf) and m.index in floats]
+            values = _floats_as_tensors(tuple(ex_args) + tuple(ex_kwargs.values()), float_paths)
+            ex_args, ex_kwargs = values[:len(ex_args)], dict(zip(ex_kwargs, values[len(ex_args):]))
         # export's user inputs are the pytree leaves of (args, kwargs), None included.
         marks_ = pytree.tree_leaves((m_args, m_kwargs), is_leaf=lambda x: x is None)
         values = pytree.tree_leaves((ex_args, ex_kwargs), is_leaf=lambda x: x is None)
-        leaf_of_input = [m.index if isinstance(v, torch.Tensor) else (m.index,) if type(v) is int else None
+        leaf_of_input = [("float", m.index) if isinstance(m, _Leaf) and m.index in floats
+                         else m.index if isinstance(v, torch.Tensor) else (m.index,) if type(v) is int else None
                          for m, v in zip(marks_, values)]
         # numbered in call order (the native flattener's), listed in the wrapper's parameter order
         pre_state = arg_objects.pre_state(margs, mkwargs, list(m_args) + list(m_kwargs.values()))
@@ -583,14 +698,15 @@ class CompiledFunction:
         if not post_state:
             pre_state = None
         state_prefix = ""
-        if self.module is not None and not post_state:
+        if self.module is not None and not post_state and not float_paths:
             wrapper, names = self.module, list(self.signature.bind(*ex_args, **ex_kwargs).arguments) \
                 if self.signature is not None else None
         else:
             # A compiled module called with objects becomes submodule `fn` of a wrapper that also
             # returns the arguments' state; its state keeps the names it has in the module, where
             # _state_index reads it (the lowering strips the prefix).
-            wrapper = _function_module(self.module or self.fn, len(ex_args), list(ex_kwargs), post_state=post_state)
+            wrapper = _function_module(self.module or self.fn, len(ex_args), list(ex_kwargs), post_state=post_state,
+                                       float_paths=float_paths)
             names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
             # keyword arguments travel under the wrapper's own parameter names (_function_module)
             ex_kwargs = dict(zip(names[len(ex_args):], ex_kwargs.values()))

@@ -44,8 +44,11 @@ class Options:
         and "eager", `trident.warmup(fast, *args)` compiles the specializations a deployment expects
         (a warm-up call compiles whatever the policy), so later misses are errors or eager calls.
     dynamic: None (automatic: a tensor size or Python int seen with two values becomes symbolic, as
-        torch.compile's automatic dynamic does), True (symbolic from the first call wherever the trace
-        allows), False (every size and int is a guard: one specialization per signature).
+        torch.compile's automatic dynamic does; a Python float is a run-time value from the first
+        call unless it decides a branch, when each value is a specialization, said once), True
+        (symbolic from the first call wherever the trace allows), False (every size, int and float
+        is a guard: one specialization per signature). Floats inside lists, dicts or objects are
+        always guarded by value.
     reuse_outputs: False (default: every call returns tensors in fresh memory from the caching
         allocator, as eager does), or True: a returned tensor (up to 16 MiB) stays with the function
         and a later call returns it again, the same tensor object, once the caller holds no tensor

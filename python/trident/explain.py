@@ -23,6 +23,7 @@ def explain(compiled, *args, **kwargs) -> str:
              f"  generated source: {src or '(none yet)'}",
              f"  module: {so or '(none yet)'}",
              f"  state tensors: {len(c.state)}"]
+    lines += [f"  said once: {why}" for why in c.said]
     for why, sites in _C.cublaslt_replay_refusals():  # process-wide: the sites of every compiled function
         lines.append(f"  cuBLASLt sites not replaying ({sites} in this process): {why}")
     for why, sites in _C.aten_replay_refusals():

@@ -65,6 +65,8 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
             # an int the program holds as a constant is guarded at the value it was traced with
             out.append(f"guard L{k}.ival == {fake if type(fake) is int else l['ival']}")
         elif l["kind"] == 3:
+            if fake is not None and not isinstance(fake, (int, float)):
+                continue  # a run-time float (float_symbols.RUNTIME): its value is not baked in
             # NaN equals nothing, itself included; "x != x" holds exactly for NaN.
             out.append(f"guard L{k}.fval != L{k}.fval" if math.isnan(l["fval"])
                        else f"guard L{k}.fval == {float_text(l['fval'])}")

@@ -2,7 +2,9 @@
 
 Inputs map to IR as follows: user tensors are `arg K` (K = the leaf index the native flattener gives
 that argument), parameters/buffers/lifted constants are `state K` (K = index in the compiled
-function's state list), Python scalars are baked in (their values are guarded). ATen calls are
+function's state list), Python ints and floats are symbols computed natively where the capture
+kept them symbolic (`$N`, `$fN`: symbolic.py, float_symbols.py) and are baked in otherwise (their
+values guarded). ATen calls are
 normalized against their schema, so every call site carries all arguments positionally. Inputs the
 program mutates are written back in place after the body, as eager would have: by a builtin copy
 (two per launch) where it is exact, else aten::copy_.
@@ -20,7 +22,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, lazy_views, output_trees
+from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, float_symbols, lazy_views, output_trees
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -171,7 +173,9 @@ class _Lowerer:
         # HF's rotary embedding as one builtin launch: at its add; its inner nodes lower to nothing
         self.rotaries, self.absorbed = builtin_rotary.plan(self)
         self.structure = structure
-        self.leaf_of_input = leaf_of_input  # per user-input placeholder: leaf index or None (scalar)
+        # per user-input placeholder: leaf index (a tensor), (leaf,) (an int), ("float", leaf) (a
+        # run-time float: float_symbols.py) or None (a constant)
+        self.leaf_of_input = leaf_of_input
         self.state_index = state_index      # callable(StateRef) -> int
         self.lines: list[str] = []
         self.env: dict[fx.Node, object] = {}  # node -> "%N" | list["%N"] | python constant
@@ -223,8 +227,9 @@ class _Lowerer:
             f"coop {int(bool(ck.launch_cooperative_grid))}")
         return kid
 
-    def new_sym(self) -> str:
-        v = f"${self.next_sym}"
+    def new_sym(self, float_: bool = False) -> str:
+        """A new `$N` (or `$fN`, a float: float_symbols.py); the two share one numbering."""
+        v = f"${'f' if float_ else ''}{self.next_sym}"
         self.next_sym += 1
         return v
 
@@ -291,6 +296,8 @@ class _Lowerer:
                 return self.sym_operand(v)
             if isinstance(v, str):
                 return v
+            if isinstance(v, float_symbols.FloatSym):
+                return v.text
             return self.literal(node, v)
         return self.literal(node, a)
 
@@ -321,12 +328,21 @@ class _Lowerer:
             return "[" + ", ".join(self.operand(node, x) for x in a) + "]"
         if isinstance(a, torch.SymInt):
             return self.sym_operand(a)
+        if isinstance(a, torch.SymFloat):
+            self.fail(node, f"a symbolic float ({a}) that is not computed natively")
         self.fail(node, f"argument of type {type(a).__name__}")
 
     # -- nodes -----------------------------------------------------------------------------
     def call(self, node: fx.Node):
         op = node.target
         val = node.meta.get("val")
+        if isinstance(val, torch.SymFloat) or float_symbols.is_item_of_float(self, node):
+            try:
+                if float_symbols.lower(self, node):
+                    return  # a run-time float, or arithmetic on one
+            except UnsupportedError:
+                if not (_only_asserted(node) and _unbacked(val)):
+                    raise  # else a value only assertions read, as below
         if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)) or (
                 isinstance(val, (int, float, bool)) and not isinstance(op, torch._ops.OpOverload)):
             # Shape arithmetic (sym_size, operator.add, ...): computed natively where it is used.
@@ -524,6 +540,11 @@ class _Lowerer:
                         user_k += 1
                         if leaf is None:
                             self.env[node] = ispec.arg.value if hasattr(ispec.arg, "value") else node.meta.get("val")
+                            continue
+                        if isinstance(leaf, tuple) and leaf[0] == "float":  # a run-time float: ("float", leaf)
+                            k = leaf[1]
+                            self.env[node] = float_symbols.FloatInput(k, float(self.leaf_values[k]))
+                            self.fakes[k] = float_symbols.RUNTIME
                             continue
                         if isinstance(leaf, tuple):  # a Python int: (leaf,)
                             val = node.meta.get("val")

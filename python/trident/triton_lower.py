@@ -17,7 +17,7 @@ import threading
 import torch
 import torch.fx as fx
 
-from . import config, lazy_views
+from . import config, float_symbols, lazy_views
 from .errors import UnsupportedError
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel, unwrap_kernel
 
@@ -160,6 +160,12 @@ class TritonCall:
         symbolic = {k: _sym(v) for k, v in args.items() if _sym(v) is not None}
         for k in symbolic:
             args[k] = self._hint(args[k])
+        # Run-time floats (float_symbols.py): this call's value for configs and heuristics, the $fN
+        # at launch. Triton never specializes a float parameter, so nothing is guarded.
+        floats = {k: lw.env[v] for k, v in args.items()
+                  if isinstance(v, fx.Node) and isinstance(lw.env.get(v), float_symbols.FloatSym)}
+        for k, f in floats.items():
+            args[k] = f.value
         grids = [tuple(g) for g in node.kwargs["grid"]]
 
         cfg, grid = self._choose_config(args, [tuple(self._hint(x) for x in g) for g in grids])
@@ -210,6 +216,8 @@ class TritonCall:
             v = full[name]
             if name in symbolic:
                 operands.append(lw.sym_operand(symbolic[name]))
+            elif name in floats:
+                operands.append(floats[name].text)
             elif isinstance(v, fx.Node):
                 operands.append(results.get(name) or lazy_views.launch_operand(lw, node, v))
             elif v is None:

@@ -171,10 +171,10 @@ def test_two_threads_one_missing_compile_once_and_agree():
 
 
 def test_an_int_that_cannot_stay_symbolic_is_said_once_and_not_captured_symbolically_again():
-    """`n / 2` is a symbolic float, which the lowering cannot take: every new n compiles its own
-    specialization. That costs a capture per value, so it is said once (naming the argument), and
-    the symbolic capture that failed is not tried again for each new value."""
-    fn = lambda x, n: x * (n / 2)  # noqa: E731
+    """`int(n / 2)` truncates a symbolic float, which the lowering cannot compute: every new n
+    compiles its own specialization. That costs a capture per value, so it is said once (naming
+    the argument), and the symbolic capture that failed is not tried again for each new value."""
+    fn = lambda x, n: x * int(n / 2)  # noqa: E731
     fast = trident.compile(fn)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -184,3 +184,14 @@ def test_an_int_that_cannot_stay_symbolic_is_said_once_and_not_captured_symbolic
     assert len(said) == 1 and "(n)" in said[0], said
     c = trident.counters(fast)
     assert (c["compiles"], c["hits"]) == (4, 1), c
+
+
+def test_an_int_divided_into_a_float_stays_symbolic():
+    """`n / 2` is a run-time float computed from the symbolic n (itof, fdiv): one specialization
+    after the first value."""
+    fn = lambda x, n: x * (n / 2)  # noqa: E731
+    fast = trident.compile(fn)
+    for n in [2, 3, 4, 5, 3, 7]:
+        assert torch.equal(fast(torch.ones(2), n), fn(torch.ones(2), n))
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"]) == (2, 4), c

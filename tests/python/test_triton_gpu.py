@@ -536,6 +536,22 @@ def test_same_kernel_several_times():
     _check(scale_add_chain, lambda: (randn(4096), randn(4096)), ref=scale_add_chain_ref)
 
 
+def _scale_add_by(x, y, alpha):
+    return _scale_add(x, y, alpha, 256)
+
+
+def test_a_float_kernel_argument_that_varies_per_call_compiles_once():
+    # A Python float is a run-time value (float_symbols.py): the launch takes each call's alpha.
+    require_cuda()
+    fast = trident.compile(_scale_add_by)
+    x, y = randn(4096), randn(4096)
+    for k in range(10):
+        alpha = 0.37 * k - 1.0
+        torch.testing.assert_close(fast(x, y, alpha), _scale_add_by(x, y, alpha), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"], c["fallbacks"]) == (1, 9, 0), c
+
+
 # ---------------------------------------------------------------------------------------------
 # 11. A kernel writing into an input in place: KV-cache write at position `pos`
 # ---------------------------------------------------------------------------------------------

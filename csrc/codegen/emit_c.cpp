@@ -40,6 +40,39 @@ static inline int64_t trd_fbits(double v) { int64_t b; memcpy(&b, &v, sizeof b);
 /* `|`, not `||`: no branch inside a guard (ir/expr.h: thousands of branching copies make GCC's -O2
    jump threading take seconds). */
 static inline int64_t trd_disjoint(int64_t p, int64_t n, int64_t q, int64_t m) { return (p + n <= q) | (q + m <= p); }
+/* no_overlap (ir/expr.h): v holds n (class, start, bytes) triples of arguments (0 written, 1 read,
+   2 read and checked against written state only); A and W the module state's extents of this
+   device as (start, running max of ends) pairs sorted by start: all of it, and the written part.
+   Sorts v by start (insertion sort: arguments mostly arrive in address order), then sweeps. */
+static int trd_extent_hit(const int64_t* t, int nt, int64_t s, int64_t e) {
+  int lo = 0, hi = nt;  /* first extent starting at or after e */
+  while (lo < hi) { int mid = (lo + hi) / 2; if (t[2 * mid] < e) lo = mid + 1; else hi = mid; }
+  return lo > 0 && t[2 * (lo - 1) + 1] > s;
+}
+static int64_t trd_no_overlap(int64_t* v, int n, const int64_t* A, int na, const int64_t* W, int nw) {
+  for (int i = 1; i < n; ++i) {
+    int64_t c = v[3 * i], s = v[3 * i + 1], b = v[3 * i + 2];
+    int j = i - 1;
+    for (; j >= 0 && v[3 * j + 1] > s; --j) {
+      v[3 * j + 3] = v[3 * j]; v[3 * j + 4] = v[3 * j + 1]; v[3 * j + 5] = v[3 * j + 2];
+    }
+    v[3 * j + 3] = c; v[3 * j + 4] = s; v[3 * j + 5] = b;
+  }
+  int64_t end_written = INT64_MIN, end_read = INT64_MIN;  /* furthest end so far, written / read args */
+  for (int i = 0; i < n; ++i) {
+    const int64_t c = v[3 * i], s = v[3 * i + 1], b = v[3 * i + 2];
+    if (b <= 0) continue;  /* an empty range overlaps nothing */
+    const int64_t e = s + b;
+    if (c == 0) {
+      if (end_written > s || end_read > s || trd_extent_hit(A, na, s, e)) return 0;
+      if (e > end_written) end_written = e;
+    } else {
+      if ((c == 1 && end_written > s) || trd_extent_hit(W, nw, s, e)) return 0;
+      if (c == 1 && e > end_read) end_read = e;
+    }
+  }
+  return 1;
+}
 )C";
 
 std::string sym_operand(const ir::Operand& o) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include "ir/expr.h"
 #include "ir/text.h"
@@ -127,6 +128,7 @@ class Emitter {
   }
 
   std::string functions;  // helper functions, each defined before its first use
+  GuardStatics statics;   // file-scope tables the guards read (before the functions)
 
  private:
   int next_function_ = 0;
@@ -154,7 +156,7 @@ class Emitter {
     for (const auto& g : cands[0].guards) {
       std::string k = key(g);
       if (count[k] == static_cast<int>(cands.size()) && emitted.insert(k).second)
-        line(depth, "if (!(" + guard_expr(g) + ")) return -1;");
+        line(depth, "if (!(" + guard_expr(g, &statics) + ")) return -1;");
     }
     for (auto& c : cands)
       c.guards.erase(std::remove_if(c.guards.begin(), c.guards.end(),
@@ -166,7 +168,7 @@ class Emitter {
     for (const auto& c : cands) {
       if (c.guards.empty()) { line(depth, "return " + std::to_string(c.id) + ";"); return; }
       std::string cond;
-      for (const auto& g : c.guards) cond += (cond.empty() ? "" : " && ") + ("(" + guard_expr(g) + ")");
+      for (const auto& g : c.guards) cond += (cond.empty() ? "" : " && ") + ("(" + guard_expr(g, &statics) + ")");
       line(depth, "if (" + cond + ") return " + std::to_string(c.id) + ";");
     }
     line(depth, "return -1;");
@@ -175,11 +177,57 @@ class Emitter {
 
 }  // namespace
 
+std::string c_expr(const ir::Expr& e, GuardStatics* statics);
+
+// no_overlap (ir/expr.h) as a call of emit_c.cpp's trd_no_overlap: the arguments' triples as a
+// writable local array (the helper sorts it), the state's extents as two file-scope arrays sorted
+// by start with a running maximum of their ends: all of it, and the written part.
+std::string no_overlap_expr(const ir::Expr& e, GuardStatics* statics) {
+  using K = ir::Expr::Kind;
+  std::vector<std::string> leaf;
+  struct Extent { int64_t start, end, cls; };
+  std::vector<Extent> state;
+  for (size_t k = 0; k < e.args.size(); k += 3) {
+    const int64_t cls = e.args[k]->value;
+    if (cls == ir::kWrittenState || cls == ir::kReadState) {
+      if (e.args[k + 1]->kind != K::Int || e.args[k + 2]->kind != K::Int)
+        throw std::logic_error("no_overlap: module state extents must be literals");
+      if (e.args[k + 2]->value > 0)
+        state.push_back({e.args[k + 1]->value, e.args[k + 1]->value + e.args[k + 2]->value, cls});
+    } else {
+      leaf.push_back(int_literal(cls) + ", " + c_expr(*e.args[k + 1], statics) + ", " + c_expr(*e.args[k + 2], statics));
+    }
+  }
+  if (leaf.empty()) return "INT64_C(1)";  // state against state is not checked
+  auto table = [&](bool written_only) -> std::pair<std::string, size_t> {
+    std::vector<Extent> t;
+    for (const auto& x : state)
+      if (!written_only || x.cls == ir::kWrittenState) t.push_back(x);
+    if (t.empty()) return {"NULL", 0};
+    if (!statics) throw std::logic_error("no_overlap over module state needs file-scope tables");
+    std::sort(t.begin(), t.end(), [](const Extent& a, const Extent& b) { return a.start < b.start; });
+    std::string name = "trd_extents_" + std::to_string(statics->next++);
+    std::string body;
+    int64_t run = INT64_MIN;
+    for (const auto& x : t) {
+      run = std::max(run, x.end);
+      body += (body.empty() ? "" : ", ") + int_literal(x.start) + ", " + int_literal(run);
+    }
+    statics->text += "static const int64_t " + name + "[] = {" + body + "};\n";
+    return {name, t.size()};
+  };
+  auto all = table(false), written = table(true);
+  std::string items;
+  for (const auto& l : leaf) items += (items.empty() ? "" : ", ") + l;
+  return "trd_no_overlap((int64_t[]){" + items + "}, " + std::to_string(leaf.size()) + ", " + all.first + ", " +
+         std::to_string(all.second) + ", " + written.first + ", " + std::to_string(written.second) + ")";
+}
+
 // C for a guard expression; floor division and modulo go through the safe helpers (0 on a zero
 // divisor) so that a guard can fail but never trap.
-std::string c_expr(const ir::Expr& e) {
+std::string c_expr(const ir::Expr& e, GuardStatics* statics) {
   using K = ir::Expr::Kind;
-  auto a = [&](int k) { return c_expr(*e.args[k]); };
+  auto a = [&](int k) { return c_expr(*e.args[k], statics); };
   switch (e.kind) {
     case K::Int: return int_literal(e.value);
     case K::Field: return "(int64_t)(" + field_expr(e.field) + ")";
@@ -201,12 +249,13 @@ std::string c_expr(const ir::Expr& e) {
     case K::Max: return "trd_max(" + a(0) + ", " + a(1) + ")";
     case K::Min: return "trd_min(" + a(0) + ", " + a(1) + ")";
     case K::Disjoint: return "trd_disjoint(" + a(0) + ", " + a(1) + ", " + a(2) + ", " + a(3) + ")";
+    case K::NoOverlap: return no_overlap_expr(e, statics);
   }
   return "0";
 }
 
-std::string guard_expr(const Guard& g) {
-  if (g.expr) return c_expr(*g.expr) + " != 0";
+std::string guard_expr(const Guard& g, GuardStatics* statics) {
+  if (g.expr) return c_expr(*g.expr, statics) + " != 0";
   std::string lhs = field_expr(g.lhs);
   if (g.lhs.kind == Field::Kind::FloatValue && !g.rhs_is_field) {
     // Every comparison with NaN is false except !=, as in C and Python.
@@ -249,7 +298,7 @@ std::string emit_select(const std::vector<ir::Spec>& specs) {
   }
   e.line(1, "return -1;");
   e.line(0, "}");
-  return e.functions + e.out;
+  return e.statics.text + e.functions + e.out;
 }
 
 }  // namespace trident::guards

@@ -22,7 +22,15 @@ namespace trident::guards {
 // C source of `static int32_t trd_select(const trd_call* c)`.
 std::string emit_select(const std::vector<ir::Spec>& specs);
 
-// C expression for one guard over `const trd_call* c`; shared with explain's reference checker.
-std::string guard_expr(const ir::Guard& g);
+// File-scope C a guard expression needs beside itself (no_overlap's sorted state extents), with
+// the names it has given out.
+struct GuardStatics {
+  std::string text;
+  int next = 0;
+};
+
+// C expression for one guard over `const trd_call* c`. `statics` receives what it needs at file
+// scope; a no_overlap guard over module state throws std::logic_error without it.
+std::string guard_expr(const ir::Guard& g, GuardStatics* statics = nullptr);
 
 }  // namespace trident::guards

@@ -39,9 +39,38 @@ int64_t floordiv(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
+int64_t eval(const ir::Expr& e, const trd_call& c);
+
+// no_overlap's first conflicting pair, in words ("" when there is none): pairwise, as a reference
+// for the sorted sweep the generated C does.
+std::string first_overlap(const ir::Expr& e, const trd_call& c) {
+  struct Range { int64_t cls, start, bytes; std::string name; };
+  std::vector<Range> r;
+  for (size_t k = 0; k + 2 < e.args.size(); k += 3) {
+    const ir::Expr& p = *e.args[k + 1];
+    std::string name = p.kind == ir::Expr::Kind::Field && p.field.leaf >= 0
+                           ? "argument L" + std::to_string(p.field.leaf)
+                           : "module state at " + std::to_string(eval(p, c));
+    r.push_back({e.args[k]->value, eval(p, c), eval(*e.args[k + 2], c), name});
+  }
+  for (size_t i = 0; i < r.size(); ++i)
+    for (size_t j = i + 1; j < r.size(); ++j) {
+      const Range &a = r[i], &b = r[j];
+      if (a.bytes > 0 && b.bytes > 0 && ir::overlap_conflict(a.cls, b.cls) && a.start < b.start + b.bytes &&
+          b.start < a.start + a.bytes) {
+        auto what = [](const Range& x) {
+          return x.name + (x.cls == ir::kWrittenArg || x.cls == ir::kWrittenState ? " (written)" : "");
+        };
+        return what(a) + " overlaps " + what(b);
+      }
+    }
+  return "";
+}
+
 int64_t eval(const ir::Expr& e, const trd_call& c) {
   using K = ir::Expr::Kind;
   if (e.kind == K::Int) return e.value;
+  if (e.kind == K::NoOverlap) return first_overlap(e, c).empty();
   if (e.kind == K::Field) return read_field(e.field, c);
   int64_t a = eval(*e.args[0], c);
   if (e.kind == K::Neg) return -a;
@@ -120,6 +149,7 @@ std::string first_failure(const ir::Spec& spec, const trd_call& c) {
            spec.structure + "\"";
   for (const auto& g : spec.guards) {
     if (check_guard(g, c)) continue;
+    if (g.expr && g.expr->kind == ir::Expr::Kind::NoOverlap) return "no_overlap: " + first_overlap(*g.expr, c);
     if (g.expr) return ir::print_guard(g).substr(6) + " (false)";
     std::string actual = g.lhs.kind == ir::Field::Kind::FloatValue && g.lhs.leaf < c.nleaves
                              ? std::to_string(c.leaves[g.lhs.leaf].fval)

@@ -96,6 +96,16 @@ class ExprParser {
       if (!accept(")")) fail("')'");
       return e;
     }
+    if (accept("no_overlap")) {
+      if (!accept("(")) fail("'('");
+      std::vector<ExprPtr> a{disjunction()};
+      while (accept(",")) a.push_back(disjunction());
+      if (!accept(")")) fail("')'");
+      if (a.size() % 3 != 0) fail("no_overlap arguments in triples (class, pointer, bytes)");
+      for (size_t k = 0; k < a.size(); k += 3)
+        if (a[k]->kind != K::Int || a[k]->value < 0 || a[k]->value > 4) fail("a no_overlap class 0..4");
+      return node(K::NoOverlap, std::move(a));
+    }
     if (accept("disjoint")) {
       if (!accept("(")) fail("'('");
       std::vector<ExprPtr> a{disjunction()};
@@ -176,6 +186,11 @@ std::string print_expr(const Expr& e) {
     case K::Disjoint:
       return "disjoint(" + print_expr(*e.args[0]) + ", " + print_expr(*e.args[1]) + ", " + print_expr(*e.args[2]) +
              ", " + print_expr(*e.args[3]) + ")";
+    case K::NoOverlap: {
+      std::string s = "no_overlap(";
+      for (size_t k = 0; k < e.args.size(); ++k) s += (k ? ", " : "") + print_expr(*e.args[k]);
+      return s + ")";
+    }
     default: return "(" + print_expr(*e.args[0]) + op_text(e.kind) + print_expr(*e.args[1]) + ")";
   }
 }

@@ -7,10 +7,10 @@ for a call whose tensors overlap where the program writes one of them, and a pro
 
   - captures from distinct memory: each tensor overlapping an earlier argument is replaced, for the
     capture only, by a copy with the same sizes, strides and storage offset (`distinct_copies`);
-  - guards each written argument against overlapping any other tensor argument (`guard_lines`)
-    and the module state the program reads (`state_guard_lines`: parameters and buffers sit at
-    fixed addresses, checked by the bindings each call), so a spec never runs a call it was not
-    captured for;
+  - guards each written argument against overlapping any other tensor argument and the module
+    state the program reads, and every argument against the state it writes (`guard_lines`, one
+    sorted-interval guard per device; parameters and buffers sit at fixed addresses, checked by
+    the bindings each call), so a spec never runs a call it was not captured for;
   - runs a call eagerly, with a one-time warning, when an argument it writes overlaps another
     (compiled.py): such a call has no compiled form that is exactly eager's.
 
@@ -95,27 +95,35 @@ def _span_text(k: int, leaf: dict, itemsize: int) -> str:
     return f"{itemsize} * (1 + {terms})" if terms else str(itemsize)
 
 
-def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int],
-                unguarded: frozenset[int] = frozenset()) -> list[str]:
-    """`guard expr` lines: no written tensor leaf overlaps another tensor leaf of its device, except
-    the leaves in `unguarded` that are not written (the backend's parameters: backend.py).
-    `itemsize`: bytes per element of each tensor leaf (from its traced value)."""
-    tensors = [k for k, l in enumerate(leaves) if l["kind"] == 1 and 0 not in l["sizes"] and k in itemsize]
-    lines = []
-    for a in sorted(written):
-        if a not in tensors:
+def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int], state: list,
+                state_written: set[str], unguarded: frozenset[int] = frozenset()) -> list[str]:
+    """One `guard expr "no_overlap(...)"` per device (ir/expr.h): no written tensor leaf overlaps
+    another tensor leaf, nor a state tensor the program reads, and no tensor leaf overlaps a state
+    tensor the program writes. Leaves in `unguarded` (the backend's parameters) are checked against
+    written state only. A state tensor's extent is a constant of the spec: the bindings see any
+    change of its address before selection, and the controller then recompiles specs that hold
+    one (compiled.py). `itemsize`: bytes per element of each tensor leaf (from its traced value)."""
+    devices: dict[tuple, list] = {}
+    for k, l in enumerate(leaves):
+        if l["kind"] != 1 or 0 in l["sizes"] or k not in itemsize:
             continue
-        for b in tensors:
-            if b == a or (b in written and b < a):
-                continue  # each pair once
-            if b in unguarded and b not in written:
+        cls = 0 if k in written else 2 if k in unguarded else 1
+        devices.setdefault((l["device_type"], l["device_index"]), []).append(
+            (cls, f"L{k}.data_ptr", _span_text(k, l, itemsize[k])))
+    lines = []
+    for (dtype, dindex), triples in devices.items():
+        for ref in state:
+            t = ref.tensor
+            e = _extent(t) if isinstance(t, torch.Tensor) else None
+            if e is None or DEVICE_TYPE_CODES.get(e[0].type) != dtype or \
+                    (e[0].index if e[0].index is not None else -1) != dindex:
                 continue
-            la, lb = leaves[a], leaves[b]
-            if (la["device_type"], la["device_index"]) != (lb["device_type"], lb["device_index"]):
-                continue
-            lo, hi = min(a, b), max(a, b)
-            span_lo, span_hi = _span_text(lo, leaves[lo], itemsize[lo]), _span_text(hi, leaves[hi], itemsize[hi])
-            lines.append(f'guard expr "disjoint(L{lo}.data_ptr, {span_lo}, L{hi}.data_ptr, {span_hi})"')
+            triples.append((3 if ref.target in state_written else 4, str(e[1]), str(e[2] - e[1])))
+        classes = [c for c, _, _ in triples]
+        if 0 not in classes and not (3 in classes and any(c in (1, 2) for c in classes)):
+            continue  # nothing written that another range could overlap
+        items = ", ".join(f"{c}, {p}, {n}" for c, p, n in triples)
+        lines.append(f'guard expr "no_overlap({items})"')
     return lines
 
 
@@ -152,25 +160,3 @@ def state_overlaps(written: set[int], leaf_values: list, state: list, state_writ
                 out.append((k, ref.target))
     return out
 
-
-def state_guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int], state: list,
-                      state_written: set[str]) -> list[str]:
-    """`guard expr` lines: no tensor leaf overlaps a state tensor of its device where the program
-    writes either. A state tensor's extent is a constant of the spec: the bindings see any change of
-    its address before selection, and the controller then recompiles specs that hold one
-    (compiled.py)."""
-    lines = []
-    for a, la in enumerate(leaves):
-        if la["kind"] != 1 or 0 in la["sizes"] or a not in itemsize:
-            continue
-        for ref in state:
-            if a not in written and ref.target not in state_written:
-                continue
-            t = ref.tensor
-            e = _extent(t) if isinstance(t, torch.Tensor) else None
-            if e is None or DEVICE_TYPE_CODES.get(e[0].type) != la["device_type"] or \
-                    (e[0].index if e[0].index is not None else -1) != la["device_index"]:
-                continue
-            span = _span_text(a, la, itemsize[a])
-            lines.append(f'guard expr "disjoint(L{a}.data_ptr, {span}, {e[1]}, {e[2] - e[1]})"')
-    return lines

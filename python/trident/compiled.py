@@ -385,7 +385,7 @@ class CompiledFunction:
         self._layout = None  # _module_layout at the captures (None: no module, or none yet)
         # (structure, overlapping leaf pairs) -> why such calls run eagerly (aliasing.py)
         self._overlap_eager: dict[tuple, str] = {}
-        self._pins_state = False  # some spec's guards hold state addresses (aliasing.state_guard_lines)
+        self._pins_state = False  # some spec's guards hold state addresses (aliasing.guard_lines)
         self._warming = threading.local()  # .depth > 0 inside trident.warmup on this thread
         # capture_key (no symbolic marks) -> why calls like it run eagerly: their capture stopped on
         # an exception eager did not raise (CaptureRaisedError)
@@ -820,7 +820,7 @@ class CompiledFunction:
                     continue
                 # Triton specializations may assume a state tensor's pointer is 16-byte aligned, and
                 # a spec that writes an argument holds the state's addresses in its overlap guards
-                # (aliasing.state_guard_lines).
+                # (aliasing.guard_lines).
                 moved = _data_ptr(now) != ref.data_ptr if self._pins_state else \
                     _data_ptr(now) % 16 != ref.data_ptr % 16
                 if now is not ref.tensor or state_key(now) != ref.shape_key or moved:

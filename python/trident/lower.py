@@ -731,8 +731,7 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     itemsize = {k: f.element_size() for k, f in lw.fakes.items() if isinstance(f, torch.Tensor)}
     lines = [f"spec 0 structure {_quote(structure)} {{"]
     lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards
-              + aliasing.guard_lines(written, leaves, itemsize, unguarded)
-              + aliasing.state_guard_lines(written, leaves, itemsize, body.state, state_written)]
+              + aliasing.guard_lines(written, leaves, itemsize, body.state, state_written, unguarded)]
     lines += ["  " + k for k in body.kernels]
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")

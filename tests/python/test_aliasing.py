@@ -76,11 +76,13 @@ def test_disjoint_slices_of_one_buffer_are_compiled_and_guarded():
         assert torch.equal(got, want) and torch.equal(kv, kv_eager)
     assert trident.counters(fast)["fallbacks"] == 0
     text = trident.explain(fast, (kv[0], kv[1]), k, v, 2)
-    assert ('guard expr "disjoint(L0.data_ptr, (4 * ((1 + ((L0.size[0] - 1) * L0.stride[0])) + ((L0.size[1] - 1) * '
-            'L0.stride[1]))), L1.data_ptr, (4 * ((1 + ((L1.size[0] - 1) * L1.stride[0])) + ((L1.size[1] - 1) * '
-            'L1.stride[1]))))"') in text, text
+    # one guard over every argument's extent: the two written caches (class 0), k and v (read, 1)
+    assert ('guard expr "no_overlap(0, L0.data_ptr, (4 * ((1 + ((L0.size[0] - 1) * L0.stride[0])) + ((L0.size[1] - 1) * '
+            'L0.stride[1]))), 0, L1.data_ptr, (4 * ((1 + ((L1.size[0] - 1) * L1.stride[0])) + ((L1.size[1] - 1) * '
+            'L1.stride[1]))), 1, L2.data_ptr, ') in text, text
+    assert text.count("no_overlap(") == 2 and "disjoint(" not in text, text  # one per spec (pos 1, then symbolic)
     assert "all guards hold" in text
-    overlapping = trident.explain(fast, (kv[0], kv[0]), k, v, 2)  # the native explainer evaluates disjoint()
-    assert "fails expr \"disjoint(L0.data_ptr" in overlapping, overlapping
+    overlapping = trident.explain(fast, (kv[0], kv[0]), k, v, 2)  # the native explainer names the pair
+    assert "fails no_overlap: argument L0 (written) overlaps argument L1 (written)" in overlapping, overlapping
     with pytest.warns(RuntimeWarning, match=r"arguments caches\[0\] and caches\[1\] share memory"):
         fast((kv[0], kv[0]), k, v, 2)

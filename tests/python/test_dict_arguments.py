@@ -70,7 +70,10 @@ def test_sizes_inside_a_dict_become_symbolic():
     assert trident.counters(fast)["compiles"] == 2  # the second size seen makes them symbolic
 
 
-@pytest.mark.parametrize("bad", [{1: torch.ones(4)}, {"not an identifier": torch.ones(4)}])
+@pytest.mark.parametrize("bad", [{1: torch.ones(4)}, {"not an identifier": torch.ones(4)}, {"1st": torch.ones(4)},
+                                 {"": torch.ones(4)}, {"a-b": torch.ones(4)},
+                                 {"\u00b7a": torch.ones(4)}],
+                         ids=["int", "spaces", "digit_first", "empty", "dash", "middle_dot_first"])
 def test_other_dicts_run_eagerly_with_a_warning(bad):
     fast = trident.compile(lambda x, d: x + next(iter(d.values())))
     x = torch.randn(4)
@@ -79,3 +82,16 @@ def test_other_dicts_run_eagerly_with_a_warning(bad):
         torch.testing.assert_close(fast(x, bad), x + 1)
     assert any("keys are not all identifier strings" in str(w.message) for w in caught), caught
     assert trident.counters(fast)["fallbacks"] == 1
+
+
+@pytest.mark.parametrize("key", ["_", "a1", "Z_9", "\u00f1and\u00fa", "\u03c0", "a\u00b7b"])
+def test_identifier_keys_ascii_and_not_are_described_natively(key):
+    """The structure's names are identifiers as str.isidentifier() says, ASCII or not."""
+    assert key.isidentifier()
+    fast = trident.compile(lambda x, d: x + d[key])
+    x = torch.randn(4)
+    for k in range(3):
+        d = {key: torch.full((4,), float(k))}
+        torch.testing.assert_close(fast(x, d), x + k)
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"], c["fallbacks"]) == (1, 2, 0), c

@@ -209,12 +209,7 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
       case Param::Kind::Dyn: slots[p] = pack(k.params()[p], dyn[q.ref.i], 0.0, false); break;
       case Param::Kind::Int: slots[p] = pack(k.params()[p], q.i, 0.0, false); break;
       case Param::Kind::Float: slots[p] = pack(k.params()[p], 0, q.f, true); break;
-      case Param::Kind::DynFloat: {
-        double v;
-        std::memcpy(&v, dyn + q.ref.i, sizeof v);
-        slots[p] = pack(k.params()[p], 0, v, true);
-        break;
-      }
+      case Param::Kind::DynFloat: slots[p] = pack(k.params()[p], 0, dyn_float(dyn, q.ref.i), true); break;
     }
     ptrs[p] = &slots[p];
   }

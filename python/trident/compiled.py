@@ -226,20 +226,20 @@ def _mark_leaves(args: tuple, kwargs: dict):
     return margs, mkwargs, values
 
 
-def _tuple_paths(args: tuple, kwargs: dict) -> list:
-    """Per leaf in _mark_leaves order, its index path into (*args, *kwargs.values()) when only
-    tuples lie on the way (rebuilding those inside the trace changes nothing a function can see),
-    else None (inside a list, dict or object)."""
+def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
+    """(leaf, path) per leaf in _mark_leaves order: its index path into (*args, *kwargs.values())
+    when only tuples lie on the way (rebuilding those inside the trace changes nothing a function
+    can see), else None (inside a list, dict or object)."""
     out: list = []
 
     def walk(x, path):
         if type(x) is tuple:
             for i, v in enumerate(x):
-                walk(v, None if path is None else path + (i,))
+                walk(v, path + (i,))
         elif type(x) in (list, dict) or arg_objects.is_flattened(type(x)):
-            _map_arg_tree(x, lambda _v, _p: out.append(None), "")
+            _map_arg_tree(x, lambda v, _p: out.append((v, None)), "")
         else:
-            out.append(path)
+            out.append((x, path))
 
     for i, v in enumerate(list(args) + list(kwargs.values())):
         walk(v, (i,))
@@ -615,7 +615,7 @@ class CompiledFunction:
 
     def _lower(self, args, kwargs, structure: str, leaves: list[dict]):
         paths = _tuple_paths(args, kwargs)
-        marks = self._dynamic_marks(structure, leaves, {k for k, p in enumerate(paths) if p is not None})
+        marks = self._dynamic_marks(structure, leaves, {k for k, (_, p) in enumerate(paths) if p is not None})
         # The symbolic attempts, most general first: a float that cannot be a run-time value (it
         # decides a branch) must not cost the sizes and ints their symbols.
         attempts = [marks] if marks else []
@@ -635,7 +635,7 @@ class CompiledFunction:
                 # once; later calls like it skip this attempt (it would fail the same way).
                 self._static_only.add(static_key)
                 names = names or _leaf_names(args, kwargs, self.signature)
-                dropped = attempt - (attempts[-1] if attempt is not attempts[-1] else set())
+                dropped = attempt if attempt is attempts[-1] else attempt - attempts[-1]  # what the next attempt drops
                 varying = sorted({names[leaf] for _, leaf, *_ in dropped if leaf < len(names)})
                 reason = str(e).strip().splitlines()[0][:300]
                 tail = f"up to max_specializations={self.options.max_specializations}"
@@ -679,10 +679,7 @@ class CompiledFunction:
         floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
         float_paths = []
         if floats:
-            order: list = []
-            for v in list(m_args) + list(m_kwargs.values()):
-                _map_arg_tree(v, lambda x, _p: order.append(x), "")
-            float_paths = [p for m, p in zip(order, _tuple_paths(m_args, m_kwargs))
+            float_paths = [p for m, p in _tuple_paths(m_args, m_kwargs)
                            if p is not None and isinstance(m, _Leaf) and m.index in floats]
             values = _floats_as_tensors(tuple(ex_args) + tuple(ex_kwargs.values()), float_paths)
             ex_args, ex_kwargs = values[:len(ex_args)], dict(zip(ex_kwargs, values[len(ex_args):]))

@@ -1,6 +1,6 @@
 """Python floats as run-time values of a spec: `$fN` symbols computed natively (docs/host_ir.md).
 
-A float argument that varies between calls (or any float under dynamic=True) reaches export as a
+A float argument (not inside a list, dict or object; not under dynamic=False) reaches export as a
 0-dim float64 tensor that the capture wrapper turns back into a Python float with `.item()`
 (compiled.py), so the trace holds it as a SymFloat instead of a constant. Here that `.item()`
 becomes `$fN = float K` (leaf K's value), the float arithmetic the trace recorded on it (Dynamo's
@@ -9,7 +9,7 @@ the graph has them (the same operations eager performs, so the same doubles), an
 or Triton float parameter that reads one takes the call's value.
 
 What is not expressible raises UnsupportedError and the caller captures the float as a constant
-again, guarded by value, saying why once (compiled.py: "could not be captured symbolically").
+again, guarded by value, saying why once (compiled.py: "cannot be run-time values").
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class FloatInput:
 
 
 class FloatSym:
-    """A `$fN` of the body, with the value it has in this call (Triton configs and heuristics read
+    """A `$fN` of the body (or a float literal), with the value it has in this call (Triton configs and heuristics read
     it; the program itself never bakes it in)."""
 
     def __init__(self, text: str, value: float):
@@ -73,8 +73,9 @@ def lower(lw, node: fx.Node) -> bool:
         a, b = (_float_operand(lw, node, x) for x in node.args)
     elif node.target in _UNARY and len(node.args) == 1:
         name, fn = _UNARY[node.target]
-        if name is None:  # sym_float of an int: itof
-            return _from_int(lw, node, node.args[0])
+        if name is None:  # sym_float: its operand as a float (itof of a symbolic int)
+            lw.env[node] = FloatSym(*_float_operand(lw, node, node.args[0]))
+            return True
         a, b = _float_operand(lw, node, node.args[0]), None
     else:
         return False
@@ -88,16 +89,6 @@ def lower(lw, node: fx.Node) -> bool:
     v = lw.new_sym(float_=True)
     lw.lines.append(f"{v} = {name} {a[0]}" + (f", {b[0]}" if b is not None else ""))
     lw.env[node] = FloatSym(v, float(value))
-    return True
-
-
-def _from_int(lw, node: fx.Node, x) -> bool:
-    val = x.meta.get("val") if isinstance(x, fx.Node) else x
-    if not isinstance(val, (int, torch.SymInt)) or isinstance(val, bool):
-        return False
-    v = lw.new_sym(float_=True)
-    lw.lines.append(f"{v} = itof {lw.sym_operand(val)}")
-    lw.env[node] = FloatSym(v, float(lw.hint(val)))
     return True
 
 

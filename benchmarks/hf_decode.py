@@ -14,7 +14,9 @@ tokens are compared with eager's in the same run.
     python3 benchmarks/hf_decode.py --model qwen3-8b --modes eager,trident,backend,reduce-overhead \\
         --liger --batch 1 --steps 32 --out /tmp/hf_decode
 
-Install line for the Liger variant (pinned): `pip install liger-kernel==0.8.5`.
+Install line for the Liger variant (pinned): `pip install liger-kernel==0.7.0` (0.8.x routes every op
+through a dispatcher under `torch.compiler.disable`, which no trace can enter). Liger 0.7.0 has no
+DeepSeek-V2 entry point; `--liger` on that model says so and runs HF's own modules.
 Writes DIR/<model>-b<batch>.json and prints one table row per mode."""
 import argparse
 import json
@@ -55,7 +57,12 @@ def build(name: str, layers: int | None, liger: bool):
     config._attn_implementation = "sdpa"
     if liger:
         from liger_kernel.transformers import monkey_patch
-        getattr(monkey_patch, "apply_liger_kernel_to_" + spec["liger"])()
+        apply = getattr(monkey_patch, "apply_liger_kernel_to_" + spec["liger"], None)
+        if apply is None:
+            print(f"liger-kernel has no apply_liger_kernel_to_{spec['liger']}: HF's own modules", flush=True)
+            liger = False
+        else:
+            apply()
     cls = getattr(transformers, spec["cls"] + "ForCausalLM")
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -112,7 +119,38 @@ def floor(model, prompt, steps, max_len):
         return (time.perf_counter() - t0) / steps
 
 
-def run_mode(mode, model, prompt, steps, max_len, log):
+def profile_step(step, model, prompt, max_len, path, log, mode):
+    """Where a mode's decode step spends its time: the host's time to submit a step (the call's
+    return, not waiting for the device) against the step's wall time, and torch.profiler's table of
+    what the host ran during two steps (ATen ops, CUDA runtime calls: a cudaStreamSynchronize or a
+    device-to-host copy there is a step waiting for the device)."""
+    from transformers import StaticCache
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    with torch.no_grad():
+        tok = step(prompt, cache)[:, -1:].argmax(-1)
+        for _ in range(2):
+            tok = step(tok, cache)[:, -1:].argmax(-1)
+        torch.cuda.synchronize()
+        n, submit = 8, 0.0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            s0 = time.perf_counter()
+            out = step(tok, cache)
+            submit += time.perf_counter() - s0
+            tok = out[:, -1:].argmax(-1)
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / n
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                tok = step(tok, cache)[:, -1:].argmax(-1)
+            torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=60)
+    path.write_text(f"{mode}: host submit {submit / n * 1e3:.3f} ms/step, wall {wall * 1e3:.3f} ms/step\n{table}\n")
+    log(f"{mode} profile: host submit {submit / n * 1e3:.3f} ms/step, wall {wall * 1e3:.3f} ms/step -> {path}")
+
+
+def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
     # imported by the modes that use it: a run of the other modes never loads trident
     if mode in ("trident", "backend"):
         import trident
@@ -139,6 +177,8 @@ def run_mode(mode, model, prompt, steps, max_len, log):
     toks, dt = decode(fn, model, prompt, steps, max_len)
     if mode == "trident":
         counters = trident.counters(fn)
+    if profile_dir is not None:
+        profile_step(fn, model, prompt, max_len, profile_dir / f"profile-{mode}.txt", log, mode)
     log(f"{mode}: {dt * 1e3:.3f} ms/step, first call to end {time.perf_counter() - t0:.1f} s, counters {counters}")
     return toks, dt, counters
 
@@ -178,6 +218,7 @@ def main():
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--liger", action="store_true")
     ap.add_argument("--out", default="/tmp/hf_decode")
+    ap.add_argument("--profile", action="store_true", help="also profile each decode mode's step (profile_step)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -198,7 +239,8 @@ def main():
     ref = None
     for mode in args.modes.split(","):
         try:
-            toks, dt, counters = run_mode(mode, model, prompt, args.steps, max_len, log)
+            toks, dt, counters = run_mode(mode, model, prompt, args.steps, max_len, log,
+                                          out if args.profile else None)
         except Exception as e:  # noqa: BLE001  (a mode that fails is reported, the others still run)
             log(f"{mode}: FAILED {type(e).__name__}: {str(e)[:400]}")
             results[mode] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}

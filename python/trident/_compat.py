@@ -387,8 +387,10 @@ _install_lock = threading.Lock()
 def capturing():
     """What trident changes in torch while it captures (export, or the backend's AOT trace), and
     only then: no real-value copies of lifted tensors, scalar-correct Triton mutation analysis,
-    symbolic int indices, Triton launches with num_ctas or defaulted constexprs, and (during
-    export_program) a record of the graphs Dynamo installs as globals."""
+    symbolic int indices, Triton launches with num_ctas or defaulted constexprs, (during
+    export_program) a record of the graphs Dynamo installs as globals, and libraries' eager
+    branches where they ask whether they are traced (library_traces.py)."""
+    from .library_traces import eager_decisions
     with _install_lock:
         _install_real_value_alias()
         _install_ttir_scalar_fix()
@@ -398,7 +400,8 @@ def capturing():
     prev = getattr(_capture, "active", False)
     _capture.active = True
     try:
-        yield
+        with eager_decisions():
+            yield
     finally:
         _capture.active = prev
 

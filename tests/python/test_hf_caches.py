@@ -194,3 +194,30 @@ def test_caches_are_never_confused():
         torch.testing.assert_close(fast(ids.new_tensor([[7]]), longer[0]), tok, rtol=1e-4, atol=1e-5)
         assert longer[0].layers[0].keys.shape[2] == 40
         assert trident.counters(fast)["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+def test_a_bf16_decode_over_transformers_cache_is_bit_exact(kind):
+    """Where transformers decides from sizes alone whether to build an attention mask (no padding
+    mask given), trident's trace takes eager's decision: a prefill into a fresh StaticCache runs
+    SDPA with `is_causal` over the prompt as eager does, not the explicit mask transformers builds
+    when traced, so a bf16 model's logits and cache equal eager's bit for bit."""
+    cfg = transformers.Qwen3Config(**{**_COMMON, "hidden_size": 64, "intermediate_size": 128}, head_dim=16)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+
+    def step(ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    fast = trident.compile(step)
+    mine, theirs = _new_cache(kind, cfg), _new_cache(kind, cfg)
+    ids = torch.randint(1, cfg.vocab_size, (1, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for _ in range(4):
+            want, got = step(ids, theirs), fast(ids, mine)
+            assert torch.equal(got, want)
+            ids = want[:, -1:].argmax(-1)
+    for a, b in zip(_layer_tensors(mine), _layer_tensors(theirs)):
+        assert torch.equal(a, b)
+    assert trident.counters(fast)["fallbacks"] == 0

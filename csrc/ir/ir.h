@@ -139,6 +139,12 @@ struct Spec {
   std::string structure;        // argument structure string the bindings compute
   std::vector<Guard> guards;
   std::vector<Kernel> kernels;  // launched by `launch K` instructions of this spec
+  // User tensor leaves the body writes (in place, by ATen or by a kernel), ascending: `writes 0, 3`.
+  // The runtime's graph mode copies only leaves outside this list into its static buffers.
+  std::vector<int32_t> writes;
+  // Nonempty: why the body may not run as a CUDA graph (it computes on the host, which a replay
+  // would not repeat): `graph off "a tensor on the CPU ..."`.
+  std::string graph_off;
   std::vector<Instr> body;
 };
 

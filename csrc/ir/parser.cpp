@@ -433,7 +433,14 @@ Module parse_module(const std::string& text) {
     while (!lx.accept("}")) {
       if (lx.accept("guard")) s.guards.push_back(guard(lx));
       else if (lx.accept("kernel")) s.kernels.push_back(kernel(lx));
-      else s.body.push_back(instr(lx));
+      else if (lx.accept("writes")) {
+        do s.writes.push_back(static_cast<int32_t>(lx.integer()));
+        while (lx.accept(","));
+      } else if (lx.accept("graph")) {
+        lx.expect("off");
+        s.graph_off = lx.string();
+        if (s.graph_off.empty()) lx.fail("a nonempty reason");
+      } else s.body.push_back(instr(lx));
     }
     m.specs.push_back(std::move(s));
   }

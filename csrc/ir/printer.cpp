@@ -188,6 +188,12 @@ std::string print(const Spec& s) {
   std::string out = "spec " + std::to_string(s.id) + " structure " + quote(s.structure) + " {\n";
   for (const auto& g : s.guards) out += "  " + print_guard(g) + "\n";
   for (const auto& k : s.kernels) out += "  " + print_kernel(k) + "\n";
+  if (!s.writes.empty()) {
+    out += "  writes";
+    for (size_t i = 0; i < s.writes.size(); ++i) out += (i ? ", " : " ") + std::to_string(s.writes[i]);
+    out += "\n";
+  }
+  if (!s.graph_off.empty()) out += "  graph off " + quote(s.graph_off) + "\n";
   for (const auto& in : s.body) out += "  " + print_instr(in) + "\n";
   return out + "}\n";
 }

@@ -88,6 +88,10 @@ struct Checker {
       field(g.lhs);
       if (g.rhs_is_field) field(g.rhs_field);
     }
+    for (size_t i = 0; i < s.writes.size(); ++i) {
+      leaf(s.writes[i], nullptr);
+      if (i > 0 && s.writes[i] <= s.writes[i - 1]) fail("writes: leaves must be listed once, in ascending order");
+    }
     bool returned = false;
     for (const auto& in : s.body) {
       using K = Instr::Kind;

@@ -14,6 +14,8 @@ Anything the lowering cannot represent raises UnsupportedError naming the node a
 from __future__ import annotations
 
 import operator
+import os
+import re
 
 import sympy
 from dataclasses import dataclass, field
@@ -715,6 +717,28 @@ def _check_inplace_casts(ep):
                                f"{name(out.dtype)}")
 
 
+def _host_tensor(ep) -> str:
+    """Why the program may not run as a CUDA graph (graphs=True, csrc/runtime/spec_graphs.h), or
+    empty: a tensor of the program not on a CUDA device is computed by the host, which a graph's
+    replay would not repeat. Names the first op making one, at the user's line; else an input."""
+    def host(node):
+        val = node.meta.get("val")
+        return next((v.device.type for v in (val if isinstance(val, (list, tuple)) else (val,))
+                     if isinstance(v, torch.Tensor) and v.device.type != "cuda"), None)
+
+    inputs = None
+    for node in ep.graph.nodes:
+        device = host(node)
+        if device is None:
+            continue
+        if node.op == "call_function":
+            m = re.match(r'File "([^"]*)", line (\d+)', _user_line(node))
+            where = f" at {os.path.basename(m.group(1))}:{m.group(2)}" if m else ""
+            return f"a tensor on the {device} ({node.name}{where})"
+        inputs = inputs or f"an input on the {device} ({node.name})"
+    return inputs or ""
+
+
 def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None], grad_mode: bool,
           state_index, leaf_values: list | None = None, unguarded: frozenset[int] = frozenset(),
           pre_state: list | None = None, state_prefix: str = "") -> Lowered:
@@ -733,6 +757,11 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards
               + aliasing.guard_lines(written, leaves, itemsize, body.state, state_written, unguarded)]
     lines += ["  " + k for k in body.kernels]
+    if written:
+        lines.append("  writes " + ", ".join(str(k) for k in sorted(written)))
+    host = _host_tensor(ep)
+    if host:
+        lines.append(f"  graph off {_quote(host)}")
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")
     return Lowered("\n".join(lines) + "\n", body.state, body.ops, body.kernels, body.guards, body.kernel_notes,

@@ -152,7 +152,7 @@ def profile_step(step, model, prompt, max_len, path, log, mode):
 
 def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
     # imported by the modes that use it: a run of the other modes never loads trident
-    if mode in ("trident", "backend"):
+    if mode in ("trident", "trident-graphs", "backend"):
         import trident
 
     def step(ids, cache):
@@ -164,18 +164,20 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
         fn = step
     elif mode == "trident":
         fn = trident.compile(step)
+    elif mode == "trident-graphs":
+        fn = trident.compile(step, graphs=True)
     elif mode == "backend":
         torch._dynamo.reset()
         fn = torch.compile(step, backend="trident")
     elif mode in ("compile", "reduce-overhead"):
         torch._dynamo.reset()
         fn = torch.compile(step, mode=None if mode == "compile" else "reduce-overhead")
-    elif mode == "generate-eager" or mode == "generate-trident":
+    elif mode in ("generate-eager", "generate-trident", "generate-trident-graphs"):
         return run_generate(mode, model, prompt, steps, max_len, log)
     else:
         raise SystemExit(f"unknown mode {mode}")
     toks, dt = decode(fn, model, prompt, steps, max_len)
-    if mode == "trident":
+    if mode.startswith("trident"):
         counters = trident.counters(fn)
     if profile_dir is not None:
         profile_step(fn, model, prompt, max_len, profile_dir / f"profile-{mode}.txt", log, mode)
@@ -184,15 +186,15 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
 
 
 def run_generate(mode, model, prompt, steps, max_len, log):
-    if mode == "generate-trident":
+    if mode != "generate-eager":
         import trident
     kw = dict(max_new_tokens=steps + 3, min_new_tokens=steps + 3, do_sample=False, cache_implementation="static",
               pad_token_id=0)
     eager_forward = model.forward
     counters = None
     try:
-        if mode == "generate-trident":
-            model.forward = trident.compile(eager_forward)
+        if mode != "generate-eager":
+            model.forward = trident.compile(eager_forward, graphs=mode == "generate-trident-graphs")
         with torch.no_grad():
             model.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up (compiles)
             torch.cuda.synchronize()
@@ -200,7 +202,7 @@ def run_generate(mode, model, prompt, steps, max_len, log):
             out = model.generate(prompt, **kw)
             torch.cuda.synchronize()
             dt = (time.perf_counter() - t0) / (steps + 3)
-        if mode == "generate-trident":
+        if mode != "generate-eager":
             counters = trident.counters(model.forward)
     finally:
         model.forward = eager_forward

@@ -13,6 +13,7 @@ MODES = [
     ("eager", "eager", 3),
     ("trident", "trident", 3),
     ("trident_reuse", "trident reuse_outputs", 3),
+    ("trident_graphs", "trident graphs", 3),
     ("trident_backend", "compile(backend=trident)", 2),
     ("compile", "torch.compile", 4),
     ("reduce_overhead", "reduce-overhead", 4),
@@ -22,7 +23,7 @@ LABELS = {name: label for name, label, _ in MODES}
 WEIGHTS = {name: weight for name, _, weight in MODES}
 
 # Modes built with trident.compile (the other trident mode is the torch.compile backend).
-TRIDENT_COMPILE_MODES = ("trident", "trident_reuse")
+TRIDENT_COMPILE_MODES = ("trident", "trident_reuse", "trident_graphs")
 
 OK, FAILED, UNSUPPORTED, ERROR, TIMEOUT, SKIPPED = "ok", "FAILED", "unsupported", "error", "timeout", "skipped"
 
@@ -36,7 +37,7 @@ def build(mode, fn):
     if mode in TRIDENT_COMPILE_MODES:
         import trident
         return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS,
-                               reuse_outputs=mode == "trident_reuse")
+                               reuse_outputs=mode == "trident_reuse", graphs=mode == "trident_graphs")
     if mode == "trident_backend":
         import trident  # noqa: F401  (registers the backend, where it exists)
         return torch.compile(fn, backend="trident")

@@ -3,6 +3,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
 
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
@@ -53,6 +54,10 @@ Driver load() {
   bind_optional(lib, d.FuncGetParamInfo, "cuFuncGetParamInfo");
   bind_optional(lib, d.KernelGetFunction, "cuKernelGetFunction");
   bind_optional(lib, d.StreamIsCapturing, "cuStreamIsCapturing");
+  bind_optional(lib, d.GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+  bind_optional(lib, d.GraphLaunch, "cuGraphLaunch");
+  bind_optional(lib, d.GraphExecDestroy, "cuGraphExecDestroy");
+  bind_optional(lib, d.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   CUresult r = d.Init(0);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuInit failed with CUDA error " + std::to_string(r));
   return d;
@@ -84,9 +89,40 @@ void check(CUresult r, const std::string& what) {
   throw std::runtime_error(what + ": " + name + ": " + desc);
 }
 
+void clear_runtime_error() {
+  for (const char* name : {"libcudart.so.13", "libcudart.so.12"})
+    if (void* lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) {
+      if (auto get_last = reinterpret_cast<int (*)()>(dlsym(lib, "cudaGetLastError"))) get_last();
+      dlclose(lib);
+      return;
+    }
+}
+
 CUstream current_stream(int device) {
   const c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
   return static_cast<CUstream>(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle());
 }
+
+CUstream private_stream(int purpose) {
+  CUcontext ctx = nullptr;
+  if (driver().CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
+  static std::mutex mu;
+  static auto* streams = new std::map<std::pair<CUcontext, int>, CUstream>();  // never destroyed (exit order)
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = streams->find({ctx, purpose});
+  if (it != streams->end()) return it->second;
+  CUstream s = nullptr;
+  if (!driver().StreamCreate || driver().StreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
+  streams->emplace(std::make_pair(ctx, purpose), s);
+  return s;
+}
+
+CurrentStreamIs::CurrentStreamIs(int device, CUstream s)
+    : prev_(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+                ->exchangeStream(c10::Stream(c10::Stream::UNSAFE,
+                                             c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)),
+                                             reinterpret_cast<c10::StreamId>(s)))) {}
+
+CurrentStreamIs::~CurrentStreamIs() { c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->exchangeStream(prev_); }
 
 }  // namespace trident::runtime::cuda

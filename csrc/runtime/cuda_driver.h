@@ -3,6 +3,7 @@
 // that Triton's wheel ships (the same header Triton's own launcher is built with).
 #pragma once
 
+#include <c10/core/Stream.h>
 #include <cuda.h>
 
 #include <string>
@@ -41,6 +42,15 @@ struct Driver {
   CUresult (*FuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*);
   CUresult (*KernelGetFunction)(CUfunction*, CUkernel);
   CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus*);  // op_replay.h: not into a caller's capture
+  // Whole-run graphs (spec_graphs.h): instantiated from a stream capture and launched. Optional.
+  CUresult (*GraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*GraphExecDestroy)(CUgraphExec);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  bool graph_api() const {
+    return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphDestroy && StreamIsCapturing &&
+           GraphInstantiateWithFlags && GraphLaunch && GraphExecDestroy && MemcpyDtoDAsync;
+  }
   bool capture_api() const {
     return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphGetNodes && GraphNodeGetType &&
            (GraphNodeGetDependencies || GraphNodeGetDependencies2) && GraphKernelNodeGetParams && GraphKernelNodeGetAttribute && GraphDestroy &&
@@ -54,7 +64,32 @@ const Driver& driver();
 // Throws std::runtime_error "<what>: <CUDA error name>: <description>" unless r == CUDA_SUCCESS.
 void check(CUresult r, const std::string& what);
 
+// A call refused inside a capture (thread-local mode forbids, say, a synchronizing call) leaves its
+// error as the CUDA runtime's last error, where PyTorch's next launch check would report it as its
+// own. The runtime is PyTorch's (already loaded): this clears it there.
+void clear_runtime_error();
+
 // PyTorch's current stream on CUDA device `device`, as a driver handle.
 CUstream current_stream(int device);
+
+// A non-blocking stream of the current context for the process's captures, created on first use and
+// kept: captures run there, so a caller's stream is never in capture mode. One per purpose
+// (0: a library call's launches, launch_record.h; 1: a whole run, spec_graphs.h). nullptr without a
+// current context or when the driver refuses.
+CUstream private_stream(int purpose);
+
+// PyTorch's current stream on `device` set to the driver stream `s` for the scope (a capture runs
+// ATen calls on a private stream). An external stream's id is its handle (PyTorch's
+// getStreamFromExternal), which c10 core can express without c10_cuda.
+class CurrentStreamIs {
+ public:
+  CurrentStreamIs(int device, CUstream s);
+  ~CurrentStreamIs();
+  CurrentStreamIs(const CurrentStreamIs&) = delete;
+  CurrentStreamIs& operator=(const CurrentStreamIs&) = delete;
+
+ private:
+  c10::Stream prev_;
+};
 
 }  // namespace trident::runtime::cuda

@@ -1,12 +1,9 @@
 #include "runtime/launch_record.h"
 
 #include <c10/util/SmallVector.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 #include "runtime/cuda_driver.h"
 
@@ -15,32 +12,6 @@ namespace {
 
 constexpr size_t kMaxNodes = 8;
 constexpr size_t kMaxParams = 4096;
-
-// One non-blocking stream per context, created on first use and kept for the process: captures are
-// made on it so that the caller's stream is never in capture mode.
-CUstream capture_stream(CUcontext ctx) {
-  static std::mutex mu;
-  static auto* streams = new std::unordered_map<CUcontext, CUstream>();  // never destroyed (exit order)
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = streams->find(ctx);
-  if (it != streams->end()) return it->second;
-  CUstream s = nullptr;
-  if (cuda::driver().StreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
-  streams->emplace(ctx, s);
-  return s;
-}
-
-// A library call refused inside a capture (thread-local mode forbids, say, a synchronizing call)
-// leaves its error as the CUDA runtime's last error, where PyTorch's next launch check would report
-// it as its own. The runtime is PyTorch's (already loaded): clear it there.
-void clear_runtime_error() {
-  for (const char* name : {"libcudart.so.13", "libcudart.so.12"})
-    if (void* lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) {
-      if (auto get_last = reinterpret_cast<int (*)()>(dlsym(lib, "cudaGetLastError"))) get_last();
-      dlclose(lib);
-      return;
-    }
-}
 
 // A node's dependencies (at most `cap`); programmatic (PDL) edges count as plain ones. The _v2 entry
 // point reads edges with non-default data, which the first one refuses (CUDA_ERROR_LOSSY_QUERY).
@@ -99,10 +70,8 @@ std::vector<CUgraphNode> kernel_chain(CUgraph graph, std::string* why) {
 std::optional<LaunchRecord> LaunchRecord::capture(const std::function<bool(CUstream)>& enqueue, std::string* why) {
   const auto& d = cuda::driver();
   if (!d.capture_api()) return *why = "the CUDA driver lacks the graph inspection API (CUDA 12.4 or newer)", std::nullopt;
-  CUcontext ctx = nullptr;
-  if (d.CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return *why = "no current CUDA context", std::nullopt;
-  CUstream side = capture_stream(ctx);
-  if (!side) return *why = "cuStreamCreate failed", std::nullopt;
+  CUstream side = cuda::private_stream(0);
+  if (!side) return *why = "no current CUDA context, or cuStreamCreate failed", std::nullopt;
   if (CUresult r = d.StreamBeginCapture(side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); r != CUDA_SUCCESS)
     return *why = "cuStreamBeginCapture: " + error_name(r), std::nullopt;
   const bool enqueued = enqueue(side);
@@ -110,7 +79,7 @@ std::optional<LaunchRecord> LaunchRecord::capture(const std::function<bool(CUstr
   const CUresult ended = d.StreamEndCapture(side, &graph);
   if (!enqueued || ended != CUDA_SUCCESS || !graph) {
     if (graph) d.GraphDestroy(graph);
-    clear_runtime_error();
+    cuda::clear_runtime_error();
     *why = !enqueued ? "the library call failed under stream capture" : "cuStreamEndCapture: " + error_name(ended);
     return std::nullopt;
   }

@@ -9,7 +9,7 @@
 
 namespace trident::runtime {
 
-std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path) {
+std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path, const ir::Module* ir) {
   void* h = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw ModuleLoadError(std::string("cannot load module: ") + dlerror());
   auto entry = reinterpret_cast<trd_module_entry_fn>(dlsym(h, TRD_MODULE_ENTRY));
@@ -36,6 +36,12 @@ std::shared_ptr<LoadedModule> LoadedModule::load(const std::string& so_path) {
   }
   for (int32_t s = 0; s < mod->m_->nspecs; ++s) mod->outputs_.push_back(ir::parse_operand(mod->m_->outputs[s]));
   mod->run_policy_.resize(static_cast<size_t>(mod->m_->nspecs));
+  for (int32_t s = 0; s < mod->m_->nspecs; ++s) {
+    const bool known = ir && s < static_cast<int32_t>(ir->specs.size());
+    mod->graphs_.push_back(std::make_unique<SpecGraphs>(
+        known ? ir->specs[s].writes : std::vector<int32_t>{},
+        known ? ir->specs[s].graph_off : std::string("the module was loaded without its host IR")));
+  }
   std::map<std::string, int32_t> kinds;  // reuse_signature -> ReusePool kind
   for (auto& site : mod->sites_)
     if (site.may_reuse())
@@ -68,6 +74,24 @@ LoadedModule::GemmStats LoadedModule::gemm_stats() const {
     g.replayed += site.gemm->replaying();
   }
   return g;
+}
+
+GraphStats LoadedModule::graph_stats() const {
+  GraphStats g;
+  for (const auto& spec : graphs_) {
+    const GraphStats s = spec->stats();
+    g.graphs += s.graphs;
+    g.captures += s.captures;
+    g.replays += s.replays;
+  }
+  return g;
+}
+
+std::vector<std::pair<int32_t, std::string>> LoadedModule::graph_refusals() const {
+  std::vector<std::pair<int32_t, std::string>> out;
+  for (size_t s = 0; s < graphs_.size(); ++s)
+    if (graphs_[s]->stopped()) out.emplace_back(static_cast<int32_t>(s), graphs_[s]->why());
+  return out;
 }
 
 LoadedModule::ReplayStats LoadedModule::replay_stats() const {

@@ -11,6 +11,7 @@
 #include "ir/ir.h"
 #include "runtime/aten_site.h"
 #include "runtime/frame.h"
+#include "runtime/spec_graphs.h"
 #include "runtime/triton_launch.h"
 
 namespace trident::runtime {
@@ -22,8 +23,9 @@ struct ModuleLoadError : std::runtime_error {
 class LoadedModule {
  public:
   // Loads `so_path`; checks the ABI version; resolves every site. The object is never unloaded:
-  // a module is small and a call in flight may still be inside it.
-  static std::shared_ptr<LoadedModule> load(const std::string& so_path);
+  // a module is small and a call in flight may still be inside it. `ir`, the module it was built
+  // from, gives each spec's `writes` and `graph off` to its graphs (none given: graphs never start).
+  static std::shared_ptr<LoadedModule> load(const std::string& so_path, const ir::Module* ir = nullptr);
 
   int32_t select(const trd_call& call) const { return m_->select(&call); }
   int32_t num_specs() const { return m_->nspecs; }
@@ -54,6 +56,11 @@ class LoadedModule {
     bool release_gil = false;
   };
   RunPolicy& run_policy(int32_t spec) const { return run_policy_[spec]; }
+  // The spec's CUDA graphs (graph mode, spec_graphs.h); used under the SCM's run lock.
+  SpecGraphs& graphs(int32_t spec) const { return *graphs_[spec]; }
+  GraphStats graph_stats() const;
+  // Each spec that stopped using graphs, with why (explain).
+  std::vector<std::pair<int32_t, std::string>> graph_refusals() const;
   struct ReuseStats {
     int64_t holding = 0, escaped = 0, bytes = 0, recycled = 0;
   };
@@ -79,6 +86,7 @@ class LoadedModule {
   std::vector<ir::Operand> outputs_;
   mutable ReusePool reuse_pool_;  // shared by all specs' allocation sites
   mutable std::vector<RunPolicy> run_policy_;  // per spec, sized at load
+  std::vector<std::unique_ptr<SpecGraphs>> graphs_;  // per spec, made at load
 };
 
 // The function table generated code calls (rt_table.cpp).

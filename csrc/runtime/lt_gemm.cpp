@@ -13,6 +13,7 @@
 #include "runtime/env_switch.h"
 #include "runtime/launch_record.h"
 #include "runtime/reason_tally.h"
+#include "runtime/spec_graphs.h"
 #include "runtime/tensor_bits.h"
 
 namespace trident::runtime {
@@ -179,6 +180,7 @@ bool LtGemm::run_ready(const Plan& p, const Args& x, at::Tensor& out) const {
     stop_replay("the driver refused a recorded launch: " + LaunchRecord::error_text(r));  // cuBLASLt for good
   }
   if (!enqueue(p, x, x.stream)) return false;
+  if (in_graph_capture()) return true;  // a graph capture holds this call: record nothing
   if (replay_state_ == ReplayState::Open && last_ == x) try_record(p, x, out);
   last_ = x;
   return true;
@@ -240,7 +242,9 @@ bool LtGemm::run(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) cons
     return run_ready(p, args_of(p, a, b, out), out);
   }
 
-  // First call: plan, run both, keep cuBLASLt only when its bits are at::mm's.
+  // First call: plan, run both, keep cuBLASLt only when its bits are at::mm's (never in a graph
+  // capture, where nothing runs to compare).
+  if (in_graph_capture()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   if (state() != State::Unplanned) return false;  // another thread decided meanwhile; ATen this once
   Plan p;

@@ -29,23 +29,6 @@ ReasonTally& refusal_tally() {
 
 const c10::impl::DeviceGuardImplInterface* cuda_impl() { return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA); }
 
-// PyTorch's current stream on `device` set to the driver stream `s` for the scope: the capture runs
-// the ATen call on LaunchRecord's private stream. An external stream's id is its handle (PyTorch's
-// getStreamFromExternal), which c10 core can express without c10_cuda.
-class CurrentStreamIs {
- public:
-  CurrentStreamIs(int device, CUstream s)
-      : prev_(cuda_impl()->exchangeStream(c10::Stream(c10::Stream::UNSAFE,
-                                                      c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)),
-                                                      reinterpret_cast<c10::StreamId>(s)))) {}
-  ~CurrentStreamIs() { cuda_impl()->exchangeStream(prev_); }
-  CurrentStreamIs(const CurrentStreamIs&) = delete;
-  CurrentStreamIs& operator=(const CurrentStreamIs&) = delete;
-
- private:
-  c10::Stream prev_;
-};
-
 // The kept returns are what ATen returned, layout included: same strides, then the same bits.
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   return a.defined() && b.defined() && a.strides() == b.strides() && equal_bits(a, b);
@@ -175,7 +158,7 @@ void OpReplay::try_record(const AtenSite& s, trd_frame& f, const int64_t* dyn, c
   std::string error, why;
   std::optional<LaunchRecord> rec = LaunchRecord::capture(
       [&](CUstream side) {
-        CurrentStreamIs on_side(device, side);
+        cuda::CurrentStreamIs on_side(device, side);
         try {
           torch::jit::Stack stack = s.boxed_arguments(f, dyn);
           s.op.callBoxed(stack);

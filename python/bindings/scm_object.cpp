@@ -58,6 +58,7 @@ struct ScmState {
   PyObject* on_miss = nullptr;         // new ref
   PyObject* on_state_change = nullptr; // new ref, may be None
   bool reuse_outputs = false;          // trident.compile(reuse_outputs=): recycle returned buffers
+  bool graphs = false;                 // trident.compile(graphs=): replay warm runs as CUDA graphs
   uint64_t hits = 0, misses = 0, compiles = 0, fallbacks = 0, cache_loads = 0;
   double compile_seconds = 0.0;
 };
@@ -138,6 +139,24 @@ PyObject* python_error_type(trd_frame::ErrorKind kind) {
   return PyExc_RuntimeError;
 }
 
+// Graph mode (runtime/spec_graphs.h): this run as a replay of the spec's graph for these arguments,
+// or captured now and replayed; false when neither applies and the program is to run as it is.
+bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t spec, trd_frame& f, const FlatArgs& flat,
+                 const std::shared_ptr<const StateSet>& state, int64_t* out_ints) {
+  if (!st.graphs || !f.below_autograd || !f.keeps_buffers) return false;
+  runtime::SpecGraphs& graphs = mod.graphs(spec);
+  if (graphs.stopped()) return false;
+  runtime::SpecGraphs::Call c;
+  c.leaves = flat.leaves.data();
+  c.nleaves = static_cast<int32_t>(flat.leaves.size());
+  c.args = flat.tensors.data();
+  c.state = state->tensors.data();
+  c.nstate = static_cast<int32_t>(state->tensors.size());
+  c.state_id = state;
+  if (graphs.replay(c, f, out_ints)) return true;
+  return graphs.should_capture(c) && graphs.capture(mod, spec, c, f, out_ints, mod.num_out_ints(spec));
+}
+
 // Runs one specialization. Called with the GIL held. Runs of one SCM take turns on its run lock
 // (its call sites keep per-site state): a run holding the GIL only try-locks it, and one that must
 // wait releases the GIL first and runs without it, so no thread ever waits for the lock while
@@ -176,7 +195,8 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   {
     std::optional<at::AutoDispatchBelowAutograd> below_autograd;
     if (f.below_autograd) below_autograd.emplace();
-    ok = mod.run(spec, f, flat.leaves.data(), out_ints.data());
+    ok = run_graphed(*st, mod, spec, f, flat, state, out_ints.data()) ||
+         mod.run(spec, f, flat.leaves.data(), out_ints.data());
   }
   t_running_without_gil = outer_without_gil;
   if (released) PyEval_RestoreThread(released);  // with run_mu held: see above
@@ -278,14 +298,14 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     try {
       built = codegen::build_module(emitted.source);
       try {
-        loaded = runtime::LoadedModule::load(built.so_path);
+        loaded = runtime::LoadedModule::load(built.so_path, &next);
       } catch (const runtime::ModuleLoadError& e) {
         if (!built.cache_hit) throw;
         // A cached object that passed its checks and still does not load: build it again, once.
         codegen::add_cache_warning(std::string("trident: the cached module ") + built.so_path +
                                    " did not load (" + e.what() + "); rebuilt it");
         built = codegen::build_module(emitted.source, /*rebuild=*/true);
-        loaded = runtime::LoadedModule::load(built.so_path);
+        loaded = runtime::LoadedModule::load(built.so_path, &next);
       }
     } catch (const std::exception& e) {
       load_error = e.what();
@@ -330,6 +350,16 @@ PyObject* scm_set_state(PyObject* py_self, PyObject* arg) {
     snap.push_back(leaf);
   }
   Py_DECREF(seq);
+  // The same tensors as they were: the state set stays the one runs and CUDA graphs know (a set
+  // re-read after some unrelated module changed, as HF's forward slicing a ModuleList does).
+  const StateSet& now = *st->state;
+  bool same = now.tensors.size() == tensors.size();
+  for (size_t k = 0; same && k < tensors.size(); ++k)
+    same = now.tensors[k].is_same(tensors[k]) && same_leaf_meta(now.snapshot[k], snap[k]);
+  if (same) {
+    st->state_epoch = g_state_epoch;
+    Py_RETURN_NONE;
+  }
   auto next = std::make_shared<StateSet>();
   next->tensors = std::move(tensors);
   next->snapshot = std::move(snap);
@@ -350,8 +380,11 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   runtime::LoadedModule::ReuseStats reuse;
   runtime::LoadedModule::GemmStats gemm;
   runtime::LoadedModule::ReplayStats replay;
-  if (st->loaded) reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats(), replay = st->loaded->replay_stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
+  runtime::GraphStats graphs;
+  if (st->loaded)
+    reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats(), replay = st->loaded->replay_stats(),
+    graphs = st->loaded->graph_stats();
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
                        "misses", (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
                        "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
                        (unsigned long long)st->fallbacks, "module_cache_loads",
@@ -361,7 +394,25 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
                        "cublaslt_gemms", (long long)gemm.native,
                        "cublaslt_declined", (long long)gemm.declined, "cublaslt_replayed",
                        (long long)gemm.replayed, "aten_replay_sites", (long long)replay.sites, "aten_replayed",
-                       (long long)replay.replaying);
+                       (long long)replay.replaying, "graphs", (long long)graphs.graphs, "graph_captures",
+                       (long long)graphs.captures, "graph_replays", (long long)graphs.replays);
+}
+
+// graph_refusals() -> [(spec, why)]: each specialization whose runs do not replay as CUDA graphs.
+PyObject* scm_graph_refusals(PyObject* py_self, PyObject*) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  PyObject* out = PyList_New(0);  // new ref
+  if (!out || !st->loaded || !st->graphs) return out;
+  for (const auto& [spec, why] : st->loaded->graph_refusals()) {
+    PyObject* item = Py_BuildValue("(is)", spec, why.c_str());  // new ref
+    if (!item || PyList_Append(out, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return out;
 }
 
 PyObject* scm_note_fallback(PyObject* py_self, PyObject*) {
@@ -414,6 +465,7 @@ PyMethodDef scm_methods[] = {
     {"clear", scm_clear, METH_NOARGS, "Drop every specialization."},
     {"counters", scm_counters, METH_NOARGS, "hits, misses, compiles, specializations, fallbacks, ..."},
     {"note_fallback", scm_note_fallback, METH_NOARGS, "Count one call the Python layer ran eagerly."},
+    {"graph_refusals", scm_graph_refusals, METH_NOARGS, "[(spec, why)]: specializations not replayed as CUDA graphs."},
     {"ir", scm_ir, METH_NOARGS, "Host IR of every specialization (after planning)."},
     {"paths", scm_paths, METH_NOARGS, "(generated source path, shared object path)."},
     {"explain_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(scm_explain_call)),
@@ -444,12 +496,12 @@ PyGetSetDef scm_getset[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyObject* scm_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
-  static const char* kwlist[] = {"on_miss", "on_state_change", "reuse_outputs", nullptr};
+  static const char* kwlist[] = {"on_miss", "on_state_change", "reuse_outputs", "graphs", nullptr};
   PyObject* on_miss = nullptr;
   PyObject* on_state_change = Py_None;
-  int reuse_outputs = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Op", const_cast<char**>(kwlist), &on_miss, &on_state_change,
-                                   &reuse_outputs))
+  int reuse_outputs = 0, graphs = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Opp", const_cast<char**>(kwlist), &on_miss, &on_state_change,
+                                   &reuse_outputs, &graphs))
     return nullptr;
   if (!PyCallable_Check(on_miss)) {
     PyErr_SetString(PyExc_TypeError, "SCM: on_miss must be callable");
@@ -464,6 +516,7 @@ PyObject* scm_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   self->st->on_miss = on_miss;
   self->st->on_state_change = on_state_change;
   self->st->reuse_outputs = reuse_outputs != 0;
+  self->st->graphs = graphs != 0;
   return reinterpret_cast<PyObject*>(self);
 }
 

@@ -27,21 +27,22 @@ _state.install_hooks()
 
 
 def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "compile",
-            dynamic: bool | None = None, reuse_outputs: bool = False):
+            dynamic: bool | None = None, reuse_outputs: bool = False, graphs: bool = False):
     """Compile `fn` (a function or nn.Module) into a native callable.
 
     The result is called exactly like `fn`. Each new argument signature (structure, dtypes, devices,
     shapes, strides, Python scalar values, grad mode) is captured once with torch.export and added to
     the function's Specialization Cache Module; every later matching call runs in native code.
     Sizes and ints that vary become symbolic (see trident.Options for `dynamic`, `on_miss`,
-    `max_specializations` and `reuse_outputs`). Usable as a decorator, with or without arguments."""
-    kw = {"on_miss": on_miss, "dynamic": dynamic, "reuse_outputs": reuse_outputs}
+    `max_specializations`, `reuse_outputs` and `graphs`). Usable as a decorator, with or without
+    arguments."""
+    kw = {"on_miss": on_miss, "dynamic": dynamic, "reuse_outputs": reuse_outputs, "graphs": graphs}
     if max_specializations is not None:
         kw["max_specializations"] = max_specializations
     options = Options(**kw)
     if fn is None:
         return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss, dynamic=dynamic,
-                                 reuse_outputs=reuse_outputs)
+                                 reuse_outputs=reuse_outputs, graphs=graphs)
     if not callable(fn):
         raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
     return CompiledFunction(fn, options).detach()
@@ -75,5 +76,7 @@ def counters(compiled) -> dict:
     the call before, first replay bit for bit equal; TRIDENT_CUBLASLT_REPLAY=0 turns it off);
     and the ATen calls that may replay their recorded launches (cuDNN attention without dropout):
     aten_replay_sites, aten_replayed (sites doing so now: same inputs as the call before, first
-    replay bit for bit equal, results not held elsewhere; TRIDENT_ATEN_REPLAY=0 turns it off)."""
+    replay bit for bit equal, results not held elsewhere; TRIDENT_ATEN_REPLAY=0 turns it off);
+    and with graphs=True: graphs (CUDA graphs held now), graph_captures, graph_replays (calls served
+    by one graph launch)."""
     return controller(compiled).scm.counters()

@@ -393,7 +393,8 @@ class CompiledFunction:
         # (structure, symbolic marks, grad mode) whose symbolic capture failed: static from then on
         self._static_only: set = set()
         self._floats_said: set = set()  # names of floats said not to be run-time values (_lower)
-        scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs)
+        scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs,
+                     graphs=options.graphs)
         self._scm = weakref.ref(scm)
         self._held = scm  # until detach()
 

@@ -59,11 +59,23 @@ class Options:
         memory, so a returned tensor used on another stream must stay referenced until that stream
         is done with it, and a result's _version continues from its last use
         (csrc/runtime/buffer_reuse.h).
+    graphs: False (default), or True: on CUDA, a specialization called a third time in a row with the
+        same arguments (the same tensors by address, sizes and strides; the same ints and floats) is
+        captured as one CUDA graph, and each later such call replays it with one graph launch after
+        the native guards, instead of launching its kernels one by one (csrc/runtime/spec_graphs.h).
+        Small tensors the program only reads (token ids) are copied into the graph's own buffers,
+        so their address may change; in-place writes (a KV cache) land in the caller's tensors. A
+        replay returns fresh tensors, as a call without graphs does. The graph's intermediates stay
+        allocated while it lives (in a private pool, as torch.cuda.graph's), at most 4 graphs per
+        specialization. A specialization whose program cannot be captured (it computes on the CPU,
+        synchronizes with the host, or returns memory an argument shares) runs as without graphs;
+        trident.explain says why.
     """
     max_specializations: int = int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64"))
     on_miss: str = "compile"
     dynamic: bool | None = None
     reuse_outputs: bool = False
+    graphs: bool = False
 
     def __post_init__(self):
         if self.on_miss not in ON_MISS_POLICIES:
@@ -72,6 +84,8 @@ class Options:
             raise ValueError(f"dynamic must be None, True or False, got {self.dynamic!r}")
         if type(self.reuse_outputs) is not bool:
             raise ValueError(f"reuse_outputs must be True or False, got {self.reuse_outputs!r}")
+        if type(self.graphs) is not bool:
+            raise ValueError(f"graphs must be True or False, got {self.graphs!r}")
         if type(self.max_specializations) is not int or self.max_specializations < 1:  # not a bool
             raise ValueError(f"max_specializations must be a positive int, got {self.max_specializations!r}")
 

@@ -1,0 +1,198 @@
+"""graphs=True on CUDA (csrc/runtime/spec_graphs.h): a specialization called three times with one key is
+captured as a CUDA graph and replayed; results equal eager's bit for bit, in-place writes land in the
+caller's tensors, a changed address is never replayed, and memory stays flat over many replays."""
+import pytest
+import torch
+import triton
+
+import trident
+from tutorial_kernels import add_kernel, scaled_copy_kernel
+
+pytestmark = pytest.mark.gpu
+
+
+def require_cuda():
+    if not torch.cuda.is_available():
+        pytest.fail("GPU test run without a CUDA device")
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(x.numel(), 256),)](x, y, out, x.numel(), BLOCK=256)
+    return out
+
+
+def three_kernels(x, y):
+    return add(add(add(x, y), y), x)
+
+
+def test_three_chained_kernels_replay_as_one_graph_with_eager_results():
+    require_cuda()
+    fast = trident.compile(three_kernels, graphs=True)
+    y = torch.randn(1000, device="cuda")
+    for k in range(10):
+        x = torch.randn(1000, device="cuda")  # a new small tensor each call: copied into the graph
+        torch.testing.assert_close(fast(x, y), three_kernels(x, y), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert c["graph_captures"] == 1 and c["graphs"] == 1
+    assert c["graph_replays"] == 10 - 2, c  # calls 1-2 run, call 3 captures and replays, 4-10 replay
+
+
+def decode_step(x, cache, pos_t, w):
+    """An in-place KV-cache write at a tensor position, then attention-like reads of the cache."""
+    cache.index_copy_(0, pos_t, x @ w)
+    return torch.softmax(cache @ x.t(), dim=0).t() @ cache
+
+
+def test_an_in_place_cache_decode_over_200_steps_matches_eager_and_writes_the_callers_cache():
+    require_cuda()
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device="cuda") / 8
+    mine, theirs = torch.zeros(256, 64, device="cuda"), torch.zeros(256, 64, device="cuda")
+    fast = trident.compile(decode_step, graphs=True)
+    x = torch.randn(1, 64, device="cuda")
+    for step in range(200):
+        pos = torch.tensor([step], device="cuda")
+        want, got = decode_step(x, theirs, pos, w), fast(x, mine, pos, w)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        x = want.tanh()
+    assert torch.equal(mine, theirs)
+    c = trident.counters(fast)
+    assert c["graph_replays"] >= 195, c
+
+
+def int_position_step(x, cache, pos: int):
+    cache[pos] = x[0]
+    return cache[: pos + 1].sum(0)
+
+
+def test_an_int_position_that_changes_every_call_runs_without_replaying_a_stale_graph():
+    """A graph bakes its ints in: a position that never repeats is never replayed."""
+    require_cuda()
+    mine, theirs = torch.zeros(64, 8, device="cuda"), torch.zeros(64, 8, device="cuda")
+    fast = trident.compile(int_position_step, graphs=True)
+    for pos in range(64):
+        x = torch.randn(1, 8, device="cuda")
+        torch.testing.assert_close(fast(x, mine, pos), int_position_step(x, theirs, pos), rtol=0, atol=0)
+    assert torch.equal(mine, theirs)
+    assert trident.counters(fast)["graph_replays"] == 0
+
+
+def test_two_functions_sharing_a_cache_both_replay_and_see_each_others_writes():
+    require_cuda()
+
+    def write(cache, x):
+        cache.mul_(0.5).add_(x)
+        return cache.sum()
+
+    def read(cache, y):
+        return (cache * y).sum(0)
+
+    fw, fr = trident.compile(write, graphs=True), trident.compile(read, graphs=True)
+    mine, theirs = torch.zeros(32, 16, device="cuda"), torch.zeros(32, 16, device="cuda")
+    y = torch.randn(32, 16, device="cuda")
+    for _ in range(12):
+        x = torch.randn(32, 16, device="cuda")
+        torch.testing.assert_close(fw(mine, x), write(theirs, x), rtol=0, atol=0)
+        torch.testing.assert_close(fr(mine, y), read(theirs, y), rtol=0, atol=0)
+    assert torch.equal(mine, theirs)
+    assert trident.counters(fw)["graph_replays"] > 0 and trident.counters(fr)["graph_replays"] > 0
+
+
+def test_an_argument_freed_and_reallocated_elsewhere_is_captured_again_never_replayed_stale():
+    require_cuda()
+
+    def scale_into(src, dst):
+        scaled_copy_kernel[(triton.cdiv(src.numel(), 128),)](src, dst, src.numel(), 2.0, BLOCK=128)
+        return dst.sum()
+
+    fast = trident.compile(scale_into, graphs=True)
+    src = torch.randn(4096 * 8, device="cuda")  # above the copied-argument size: keyed by address
+    dst = torch.zeros_like(src)
+    for _ in range(5):
+        fast(src, dst)
+    assert trident.counters(fast)["graph_captures"] == 1
+    dst2 = torch.full((4096 * 8,), 7.0, device="cuda")  # made while dst lives: another address
+    del dst
+    dst2_ptr = dst2.data_ptr()
+    for _ in range(5):
+        out = fast(src, dst2)
+    assert dst2.data_ptr() == dst2_ptr
+    torch.testing.assert_close(dst2, src * 2.0, rtol=0, atol=0)
+    torch.testing.assert_close(out, (src * 2.0).sum(), rtol=0, atol=0)
+    assert trident.counters(fast)["graph_captures"] == 2
+
+
+def test_interleaved_batch_sizes_each_get_a_graph():
+    require_cuda()
+
+    def mlp(x, w1, w2):
+        return torch.relu(x @ w1) @ w2
+
+    w1, w2 = torch.randn(64, 128, device="cuda"), torch.randn(128, 64, device="cuda")
+    fast = trident.compile(mlp, graphs=True, dynamic=False)
+    for _ in range(6):
+        for b in (1, 8):
+            x = torch.randn(b, 64, device="cuda")
+            torch.testing.assert_close(fast(x, w1, w2), mlp(x, w1, w2), rtol=0, atol=0)
+    c = trident.counters(fast)
+    # Each size is its own specialization; the second one's compile reloads the module, which starts
+    # counting afresh: b=8 is captured at its third call in that module (round 2), b=1 at round 3.
+    assert c["graph_captures"] == 2 and c["graph_replays"] == 4 + 3, c
+
+
+def test_memory_is_flat_over_10000_replays():
+    require_cuda()
+    fast = trident.compile(three_kernels, graphs=True)
+    x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    for _ in range(10):
+        fast(x, y)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(10000):
+        out = fast(x, y)
+    torch.cuda.synchronize()
+    del out
+    assert torch.cuda.memory_allocated() <= before + 4096
+    assert trident.counters(fast)["graph_replays"] >= 10000
+
+
+def test_a_program_that_synchronizes_runs_as_without_graphs_and_says_why():
+    require_cuda()
+
+    def nonzero_rows(x):
+        return x[x.sum(1) > 0] * 2
+
+    fast = trident.compile(nonzero_rows, graphs=True)
+    for _ in range(5):
+        x = torch.randn(16, 4, device="cuda")
+        torch.testing.assert_close(fast(x), nonzero_rows(x), rtol=0, atol=0)
+    assert trident.counters(fast)["graph_replays"] == 0
+    assert "does not replay as a CUDA graph" in trident.explain(fast)
+
+
+def test_a_transformers_static_cache_decode_replays_with_eager_tokens():
+    require_cuda()
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+
+    def step(ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    fast = trident.compile(step, graphs=True)
+    mine = transformers.StaticCache(config=cfg, max_cache_len=48)
+    theirs = transformers.StaticCache(config=cfg, max_cache_len=48)
+    ids = torch.randint(1, 128, (1, 6), device="cuda")
+    with torch.no_grad():
+        for _ in range(20):
+            want, got = step(ids, theirs), fast(ids, mine)
+            assert torch.equal(got, want)
+            ids = want[:, -1:].argmax(-1)
+    for a, b in zip(mine.layers, theirs.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    c = trident.counters(fast)
+    assert c["fallbacks"] == 0 and c["graph_replays"] >= 15, c

@@ -124,6 +124,13 @@ class SpecEmitter {
 
   void line(const std::string& t) { body += "  " + t + "\n"; }
 
+  // `kind, index` of %id's tensor as rt->item and rt->dim take it (trident_abi.h).
+  std::string location(int64_t id) const {
+    const ir::Operand& loc = loc_.at(id);
+    const int kind = loc.kind == ir::Operand::Kind::ArgRef ? 0 : loc.kind == ir::Operand::Kind::StateRef ? 1 : 2;
+    return std::to_string(kind) + ", " + std::to_string(loc.i);
+  }
+
   // Rewrite an operand tree into site form: tensors by location, symbols by dyn position.
   ir::Operand resolve(const ir::Operand& o, std::vector<std::string>& dyn) {
     using K = ir::Operand::Kind;
@@ -217,8 +224,24 @@ class SpecEmitter {
       case K::SymLeaf: line("const int64_t " + r + " = L[" + std::to_string(in.a) + "].ival;"); break;
       case K::SymSize:
       case K::SymStride:
-        line("const int64_t " + r + " = L[" + std::to_string(arg_leaf_.at(in.a)) + "]." +
-             (in.kind == K::SymSize ? "sizes[" : "strides[") + std::to_string(in.b) + "];");
+        if (arg_leaf_.count(in.a)) {  // an argument's: from its leaf
+          line("const int64_t " + r + " = L[" + std::to_string(arg_leaf_.at(in.a)) + "]." +
+               (in.kind == K::SymSize ? "sizes[" : "strides[") + std::to_string(in.b) + "];");
+        } else {  // a result's (a data-dependent size: nonzero, masked_select)
+          line("int64_t " + r + "; if (rt->dim(f, " + location(in.a) + ", " + (in.kind == K::SymSize ? "0" : "1") +
+               ", " + std::to_string(in.b) + ", &" + r + ")) return 1;");
+        }
+        break;
+      case K::Item:
+        if (in.b == 1) {
+          line("double " + r + "; { int64_t b; if (rt->item(f, " + location(in.a) + ", 1, &b)) return 1; memcpy(&" + r +
+               ", &b, sizeof b); }");
+        } else {
+          line("int64_t " + r + "; if (rt->item(f, " + location(in.a) + ", 0, &" + r + ")) return 1;");
+        }
+        break;
+      case K::Check:
+        line("if (!" + sym_operand(in.operands[0]) + ") return rt->fail(f, " + ir::quote(in.op) + ");");
         break;
       case K::SymBin: {
         std::string a = sym_operand(in.operands[0]), b = sym_operand(in.operands[1]);
@@ -235,6 +258,12 @@ class SpecEmitter {
           case B::Min: e = "trd_min(" + a + ", " + b + ")"; break;
           case B::Max: e = "trd_max(" + a + ", " + b + ")"; break;
           case B::CeilDiv: e = "-trd_floordiv(-" + a + ", " + b + ")"; break;
+          case B::Eq: e = "(int64_t)(" + a + " == " + b + ")"; break;
+          case B::Ne: e = "(int64_t)(" + a + " != " + b + ")"; break;
+          case B::Lt: e = "(int64_t)(" + a + " < " + b + ")"; break;
+          case B::Le: e = "(int64_t)(" + a + " <= " + b + ")"; break;
+          case B::Gt: e = "(int64_t)(" + a + " > " + b + ")"; break;
+          case B::Ge: e = "(int64_t)(" + a + " >= " + b + ")"; break;
         }
         line("const int64_t " + r + " = " + e + ";");
         break;

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define TRD_ABI_VERSION 1
+#define TRD_ABI_VERSION 2
 #define TRD_MAX_DIM 8
 
 /* Leaf kinds: one flattened argument (user argument or captured module state). */
@@ -72,6 +72,12 @@ typedef struct trd_rt {
    * "ZeroDivisionError: ...", "ValueError: ..." or "OverflowError: ..." raises that Python exception
    * with the rest of the message (Python float semantics); any other raises RuntimeError. */
   int (*fail)(trd_frame* f, const char* message);
+  /* Tensors the program reads by location: kind 0 an argument leaf, 1 module state, 2 a frame slot. */
+  /* The number in the one-element tensor at (kind, index): an int64 in *out, or with as_float the
+   * bits of a double. Reading a CUDA tensor's number waits for the device, as Tensor.item() does. */
+  int (*item)(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t* out);
+  /* Size (stride when which == 1) of dimension d of the tensor at (kind, index), in *out. */
+  int (*dim)(trd_frame* f, int32_t kind, int32_t index, int32_t which, int32_t d, int64_t* out);
 } trd_rt;
 
 /* One specialization's host program. Reads leaves, writes integer outputs to out_ints. */

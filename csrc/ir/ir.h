@@ -3,7 +3,8 @@
 // A Module holds specializations. Each Spec has the guards that must hold for a call to use it and a
 // straight-line body. Values are of two families:
 //   %N  tensor-like values (an argument, captured module state, or a result of a call/launch);
-//   $N  64-bit symbolic integers computed natively (argument sizes, Python ints, arithmetic on them);
+//   $N  64-bit symbolic integers computed natively (argument sizes, Python ints, arithmetic on them,
+//       and data-dependent values: a tensor's element read with `item`, a result's size);
 //   $fN doubles computed natively (Python float arguments, arithmetic on them). Ints and floats
 //       share one id space: $3 and $f3 cannot both exist.
 // The text form (printer.cpp / parser.cpp) is the interface between the Python lowering and the core,
@@ -94,8 +95,11 @@ struct Instr {
     Arg,      // %r = arg K           (user leaf K, a tensor)
     State,    // %r = state K         (captured module state K)
     SymLeaf,  // $r = int K           (Python int/bool leaf K)
-    SymSize,  // $r = size %v, d
+    SymSize,  // $r = size %v, d      (any tensor value: an argument's is read from its leaf)
     SymStride,// $r = stride %v, d
+    Item,     // $r = item %v / $fr = item %v (b == 1): the number a one-element tensor holds
+              // (a host read: synchronizes with the device for a CUDA tensor, as .item() does)
+    Check,    // check $a, "message": the call fails with RuntimeError(message) unless $a != 0
     SymBin,   // $r = <op> a, b       (a, b: $N or int literal)
     FloatLeaf,// $fr = float K        (Python float leaf K)
     FloatOp,  // $fr = <fop> a[, b]   (a, b: $fN or float literal; itof takes $N or an int)
@@ -104,7 +108,8 @@ struct Instr {
     Release,  // release %v           (planner: last use passed)
     Return,   // return <tree>
   };
-  enum class BinOp : uint8_t { Add, Sub, Mul, FloorDiv, Mod, Min, Max, CeilDiv };
+  // Eq..Ge give 1 or 0 (a data-dependent value's runtime assertions, `check`).
+  enum class BinOp : uint8_t { Add, Sub, Mul, FloorDiv, Mod, Min, Max, CeilDiv, Eq, Ne, Lt, Le, Gt, Ge };
   // Python float semantics: fdiv by zero and fsqrt of a negative fail the call as Python raises;
   // fpow fails where Python's result would be complex or raise (a negative base with a fractional
   // exponent, zero to a negative power).
@@ -115,7 +120,7 @@ struct Instr {
   int64_t b = 0;                 // SymSize/Stride: dim
   BinOp binop = BinOp::Add;
   FloatOp fop = FloatOp::Add;
-  std::string op;                // Call: qualified operator name with overload
+  std::string op;                // Call: qualified operator name with overload; Check: message
   std::vector<Operand> operands; // Call/Launch arguments, SymBin's two operands, Return: one tree
   std::vector<Operand> grid;     // Launch: three grid dimensions ($N or int)
 };

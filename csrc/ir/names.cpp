@@ -48,6 +48,12 @@ const char* binop_name(Instr::BinOp op) {
     case Instr::BinOp::Min: return "min";
     case Instr::BinOp::Max: return "max";
     case Instr::BinOp::CeilDiv: return "ceildiv";
+    case Instr::BinOp::Eq: return "eq";
+    case Instr::BinOp::Ne: return "ne";
+    case Instr::BinOp::Lt: return "lt";
+    case Instr::BinOp::Le: return "le";
+    case Instr::BinOp::Gt: return "gt";
+    case Instr::BinOp::Ge: return "ge";
   }
   return "?";
 }

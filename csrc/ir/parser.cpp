@@ -318,9 +318,16 @@ void launch_rest(Lexer& lx, Instr& in) {
   in.operands = operand_list(lx);
 }
 
-// `float K` or `<fop> a[, b]`, after `$fN =`.
+// `float K`, `item %v` or `<fop> a[, b]`, after `$fN =`.
 void float_rest(Lexer& lx, Instr& in) {
   std::string w = lx.word();
+  if (w == "item") {
+    in.kind = Instr::Kind::Item;
+    lx.expect("%");
+    in.a = lx.integer();
+    in.b = 1;
+    return;
+  }
   if (w == "float") {
     in.kind = Instr::Kind::FloatLeaf;
     in.a = lx.integer();
@@ -347,6 +354,13 @@ Instr instr(Lexer& lx) {
   if (lx.accept("release")) { in.kind = K::Release; lx.expect("%"); in.a = lx.integer(); return in; }
   if (lx.accept("call")) { in.kind = K::Call; in.op = lx.string(); in.operands = operand_list(lx); return in; }
   if (lx.accept("launch")) { launch_rest(lx, in); return in; }
+  if (lx.accept("check")) {
+    in.kind = K::Check;
+    in.operands.push_back(operand(lx));
+    lx.expect(",");
+    in.op = lx.string();
+    return in;
+  }
   char sigil = lx.peek();
   if (sigil != '%' && sigil != '$') lx.fail("an instruction");
   if (sigil == '$') {  // `$fN = ...`: a float instruction
@@ -370,6 +384,7 @@ Instr instr(Lexer& lx) {
     lx.fail("arg, state, call or launch");
   }
   if (w == "int") { in.kind = K::SymLeaf; in.a = lx.integer(); return in; }
+  if (w == "item") { in.kind = K::Item; lx.expect("%"); in.a = lx.integer(); return in; }
   if (w == "size" || w == "stride") {
     in.kind = w == "size" ? K::SymSize : K::SymStride;
     lx.expect("%");
@@ -378,7 +393,7 @@ Instr instr(Lexer& lx) {
     in.b = lx.integer();
     return in;
   }
-  for (int k = 0; k <= static_cast<int>(Instr::BinOp::CeilDiv); ++k) {
+  for (int k = 0; k <= static_cast<int>(Instr::BinOp::Ge); ++k) {
     if (w == binop_name(static_cast<Instr::BinOp>(k))) {
       in.kind = K::SymBin;
       in.binop = static_cast<Instr::BinOp>(k);
@@ -388,7 +403,7 @@ Instr instr(Lexer& lx) {
       return in;
     }
   }
-  lx.fail("int, size, stride or a symbolic operator");
+  lx.fail("int, item, size, stride or a symbolic operator");
 }
 
 Kernel kernel(Lexer& lx) {

@@ -102,8 +102,14 @@ struct Checker {
         case K::SymLeaf: leaf(in.a, &in); define(syms, in.results.at(0), in, '$'); break;
         case K::SymSize:
         case K::SymStride:
-          if (!args.count(in.a)) fail("size/stride of %" + std::to_string(in.a) + ", which is not an argument", &in);
-          define(syms, in.results.at(0), in, '$');
+        case K::Item:
+          if (!values.count(in.a) || released.count(in.a))
+            fail("reads %" + std::to_string(in.a) + ", which is not a live tensor value", &in);
+          define(in.kind == K::Item && in.b == 1 ? fsyms : syms, in.results.at(0), in, '$');
+          break;
+        case K::Check:
+          if (in.operands.size() != 1) fail("check takes one condition", &in);
+          int_operand(in.operands[0], in, "a check's condition");
           break;
         case K::SymBin:
           if (in.operands.size() != 2) fail("symbolic operator needs two operands", &in);

@@ -27,7 +27,7 @@ void insert_releases(ir::Spec& spec) {
     std::set<int64_t> used;
     for (const auto& o : in.operands) collect(o, used);
     for (const auto& o : in.grid) collect(o, used);
-    if (in.kind == K::SymSize || in.kind == K::SymStride) used.insert(in.a);
+    if (in.kind == K::SymSize || in.kind == K::SymStride || in.kind == K::Item) used.insert(in.a);
     for (int64_t v : used) last_use[v] = k;
     if (in.kind == K::Return) returned = used;
     if (in.kind == K::Call || in.kind == K::Launch)

@@ -67,7 +67,41 @@ int rt_fail(trd_frame* f, const char* message) {
   return 1;
 }
 
-const trd_rt kTable = {TRD_ABI_VERSION, sizeof(trd_rt), rt_call, rt_launch, rt_release, rt_fail};
+const at::Tensor* tensor_of(const trd_frame* f, int32_t kind, int32_t index) {
+  if (kind == 0) return index < f->nargs ? f->args[index] : nullptr;
+  if (kind == 1) return index < f->nstate ? &f->state[index] : nullptr;
+  return &f->slots[index];
+}
+
+int rt_item(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t* out) {
+  const at::Tensor* t = tensor_of(f, kind, index);
+  try {
+    TORCH_CHECK(t && t->defined(), "item: no tensor at location ", kind, ":", index);
+    const c10::Scalar v = t->item();
+    if (as_float) {
+      const double d = v.toDouble();
+      std::memcpy(out, &d, sizeof d);
+    } else {
+      *out = v.isBoolean() ? static_cast<int64_t>(v.toBool()) : v.toLong();
+    }
+    return 0;
+  } catch (const c10::Error& e) {
+    f->error = std::string("Tensor.item(): ") + e.what_without_backtrace();
+    f->error_kind = kind_of(e);
+  } catch (const std::exception& e) {
+    f->error = std::string("Tensor.item(): ") + e.what();
+  }
+  return 1;
+}
+
+int rt_dim(trd_frame* f, int32_t kind, int32_t index, int32_t which, int32_t d, int64_t* out) {
+  const at::Tensor* t = tensor_of(f, kind, index);
+  if (!t || !t->defined() || d < 0 || d >= t->dim()) return rt_fail(f, "trident internal error: size of a missing dimension");
+  *out = which == 1 ? t->stride(d) : t->size(d);
+  return 0;
+}
+
+const trd_rt kTable = {TRD_ABI_VERSION, sizeof(trd_rt), rt_call, rt_launch, rt_release, rt_fail, rt_item, rt_dim};
 
 }  // namespace
 

@@ -24,7 +24,8 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, float_symbols, lazy_views, output_trees
+from . import (_compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, data_values, float_symbols,
+               lazy_views, output_trees)
 from .errors import UnsupportedError
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
@@ -338,6 +339,8 @@ class _Lowerer:
     def call(self, node: fx.Node):
         op = node.target
         val = node.meta.get("val")
+        if data_values.lower_item(self, node) or data_values.lower_assert(self, node):
+            return
         if isinstance(val, torch.SymFloat) or float_symbols.is_item_of_float(self, node):
             try:
                 if float_symbols.lower(self, node):
@@ -398,6 +401,7 @@ class _Lowerer:
                 self.value_fakes[results[0]] = val
         lhs = (", ".join(results) + " = ") if results else ""
         self.lines.append(f"{lhs}call {_quote(name)} ({', '.join(operands)})")
+        data_values.bind_result_sizes(self, results, val)
         if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
             self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
 

@@ -82,14 +82,32 @@ class Symbols:
         if isinstance(e, sympy.Symbol):
             if e not in self.sym:
                 raise UnsupportedError(
-                    f"symbol {e} has no value in the program: a data-dependent value (`.item()`, "
-                    "`.tolist()`, the size of `masked_select`) used as a size, an index or a number is "
-                    "not computed natively yet; torch.compile(fn, backend=\"trident\") breaks the graph there")
+                    f"symbol {e} has no value in the program: a value the trace derived that neither an "
+                    "argument nor a result of the program defines; torch.compile(fn, backend=\"trident\") "
+                    "breaks the graph there")
             return self.sym[e]
         key = e
         if key in self.sym:
             return self.sym[key]
+        if e is sympy.true or e is sympy.false:
+            return "1" if e is sympy.true else "0"
         name = _fn_name(e)
+        relations = {"Equality": "eq", "Unequality": "ne", "StrictLessThan": "lt", "LessThan": "le",
+                     "StrictGreaterThan": "gt", "GreaterThan": "ge"}
+        if name in relations or name in ("And", "Or", "Not"):
+            # 1 or 0 (a data-dependent value's runtime assertion, data_values.py)
+            if name == "Not":
+                acc = self._emit_relation("eq", self.emit(e.args[0], lines, new_sym), "0", lines, new_sym)
+            elif name in relations:
+                acc = self._emit_relation(relations[name], self.emit(e.args[0], lines, new_sym),
+                                          self.emit(e.args[1], lines, new_sym), lines, new_sym)
+            else:
+                parts = [self._emit_relation("ne", self.emit(a, lines, new_sym), "0", lines, new_sym) for a in e.args]
+                acc = parts[0]
+                for p in parts[1:]:
+                    acc = self._emit_relation("min" if name == "And" else "max", acc, p, lines, new_sym)
+            self.sym[key] = acc
+            return acc
         ops = {"FloorDiv": "floordiv", "PythonMod": "mod", "Mod": "mod", "Max": "max", "Min": "min",
                "CeilDiv": "ceildiv"}
         if isinstance(e, (sympy.Add, sympy.Mul)) or name in ops:
@@ -115,6 +133,12 @@ class Symbols:
             self.sym[key] = acc
             return acc
         raise UnsupportedError(f"symbolic expression {e} ({name}) cannot be computed natively")
+
+    @staticmethod
+    def _emit_relation(op: str, a: str, b: str, lines: list[str], new_sym) -> str:
+        s = new_sym()
+        lines.append(f"{s} = {op} {a}, {b}")
+        return s
 
     def guards(self) -> list[str]:
         """The ShapeEnv's guards and ranges over bound symbols. Symbols the trace specialized to a

@@ -1,0 +1,92 @@
+"""Data-dependent values computed natively (docs/host_ir.md): what torch.export calls unbacked symbols.
+
+A value the trace cannot know before the program runs becomes a `$N` the program computes:
+  - `.item()` of a one-element tensor (`n.max().item()`; `.tolist()` is an `.item()` per element):
+    `$N = item %t` for an int or bool, `$fN = item %t` for a float. Like eager's `.item()`, it
+    waits for the device where the tensor is on one;
+  - the size of a result whose size depends on data (`nonzero`, `masked_select`, `unique`):
+    `$N = size %r, d`, read from the result ATen returned.
+Later sizes, views, allocations, grids and kernel integers read them like any other symbol
+(symbolic.py). The trace's runtime assertions about them (`torch._check(n <= x.size(0))`, a size's
+`u0 >= 0`) become `check $N, "message"`: the call raises RuntimeError with export's message where
+the assertion fails, instead of running with a value the trace excluded. Assertions about sizes of
+arguments only stay guards (the spec's, checked before it runs).
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+import torch.fx as fx
+
+from .float_symbols import FloatSym
+
+ITEM_OPS = {torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default}
+ASSERT_OP = torch.ops.aten._assert_scalar.default
+
+
+def _unbacked_symbol(v) -> sympy.Symbol | None:
+    """The unbacked symbol `v` is, when it is exactly one (a fresh data-dependent value)."""
+    if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return None
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    expr = v.node.expr
+    return expr if isinstance(expr, sympy.Symbol) and expr in free_unbacked_symbols(expr) else None
+
+
+def lower_item(lw, node: fx.Node) -> bool:
+    """`.item()` of a tensor the program computes (or an argument): True when lowered here."""
+    if node.target not in ITEM_OPS or len(node.args) != 1 or not isinstance(node.args[0], fx.Node):
+        return False
+    val = node.meta.get("val")
+    symbol = _unbacked_symbol(val)
+    if symbol is None:
+        return False
+    src = lw.operand(node, node.args[0])
+    if isinstance(val, torch.SymFloat):
+        v = lw.new_sym(float_=True)
+        lw.lines.append(f"{v} = item {src}")
+        lw.syms.sym[symbol] = v
+        lw.env[node] = FloatSym(v, math.nan)  # its value is the data's: nothing at lowering reads it
+        return True
+    v = lw.new_sym()
+    lw.lines.append(f"{v} = item {src}")
+    lw.syms.sym[symbol] = v
+    lw.env[node] = val
+    return True
+
+
+def bind_result_sizes(lw, results: list[str], val) -> None:
+    """After a call: each data-dependent size of its tensor results becomes a `$N` read from it."""
+    fakes = val if isinstance(val, (list, tuple)) else [val]
+    for r, fake in zip(results, fakes):
+        if not isinstance(fake, torch.Tensor):
+            continue
+        for d, size in enumerate(fake.shape):
+            symbol = _unbacked_symbol(size)
+            if symbol is not None and symbol not in lw.syms.sym:
+                v = lw.new_sym()
+                lw.lines.append(f"{v} = size {r}, {d}")
+                lw.syms.sym[symbol] = v
+
+
+def lower_assert(lw, node: fx.Node) -> bool:
+    """`_assert_scalar(cond, msg)` about data-dependent values the program computes: a native check.
+    True when lowered here; False for assertions the guards already enforce (argument sizes only)
+    or about values the program never computes (nothing reads them)."""
+    if node.target is not ASSERT_OP or not node.args or not isinstance(node.args[0], fx.Node):
+        return False
+    cond = node.args[0].meta.get("val")
+    if not isinstance(cond, torch.SymBool):
+        return False
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    expr = cond.node.expr
+    unbacked = free_unbacked_symbols(expr)
+    if not unbacked or not all(s in lw.syms.sym for s in unbacked):
+        return False
+    v = lw.syms.emit(expr, lw.lines, lw.new_sym)
+    message = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], str) else f"Runtime assertion failed: {expr}"
+    from .lower import _quote
+    lw.lines.append(f"check {v}, {_quote(message)}")
+    return True

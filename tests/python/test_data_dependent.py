@@ -1,0 +1,130 @@
+"""Data-dependent sizes and values computed natively (python/trident/data_values.py): `.item()`,
+`.tolist()`, and the sizes of `nonzero`, `masked_select`, `unique` and friends drive later sizes,
+views, allocations and arithmetic. Each function runs on data that changes the sizes from call to
+call; one specialization serves them all, every call native, results equal eager's."""
+import pytest
+import torch
+
+import trident
+
+
+def nonzero_then_index(x):
+    return x[x.nonzero()[:, 0]] * 2
+
+
+def masked_select_then_reduce(x):
+    kept = torch.masked_select(x, x > 0)
+    return kept.sum(), kept.numel()
+
+
+def item_as_a_size(x, n):
+    return torch.zeros(int(n.max().item()) + 1) + x.sum()
+
+
+def item_as_a_slice_end(x, n):
+    return x[: n.item()] * 2
+
+
+def tolist_split_sizes(x, counts):
+    return [p.sum(0) for p in torch.split(x, counts.tolist())]
+
+
+def bincount_then_view(x):
+    counts = torch.bincount(x)
+    return counts.view(-1, 1).float() + 1
+
+
+def unique_then_arange(x):
+    u = torch.unique(x)
+    return u + torch.arange(u.numel())
+
+
+def boolean_mask_rows(x):
+    return x[x.sum(1) > 0].mean(0)
+
+
+def repeat_interleave_tensor(x, r):
+    return torch.repeat_interleave(x, r, dim=0) * 3
+
+
+def float_item_as_a_scalar(x):
+    return x * x.abs().max().item()
+
+
+def moe_top_k_routing(x, w_gate, w_experts):
+    """A top-2 router and a loop over the experts, each computing only the tokens routed to it."""
+    weights, experts = torch.topk(torch.softmax(x @ w_gate, -1), 2, dim=-1)
+    out = torch.zeros_like(x)
+    for e in range(w_experts.shape[0]):
+        token, slot = torch.where(experts == e)
+        out.index_add_(0, token, (x[token] @ w_experts[e]) * weights[token, slot, None])
+    return out
+
+
+def tolist_expert_counts(x, experts):
+    """vLLM/Megablocks-style: per-expert token counts as Python ints, then a split of sorted tokens."""
+    order = torch.argsort(experts)
+    counts = torch.nn.functional.one_hot(experts, 4).sum(0).tolist()  # a list of 4 data-dependent ints
+    return [chunk.sum(0) for chunk in torch.split(x[order], counts)]
+
+
+def checked_item(x, n):
+    k = n.item()
+    torch._check(k <= x.shape[0])
+    return x[:k].sum()
+
+
+CASES = [
+    (nonzero_then_index, lambda g: (torch.randn(12, generator=g),)),
+    (masked_select_then_reduce, lambda g: (torch.randn(12, generator=g),)),
+    (item_as_a_size, lambda g: (torch.randn(3, generator=g), torch.randint(0, 9, (4,), generator=g))),
+    (item_as_a_slice_end, lambda g: (torch.randn(10, generator=g), torch.randint(0, 10, (), generator=g))),
+    (tolist_split_sizes, lambda g: _split_args(g)),
+    (bincount_then_view, lambda g: (torch.randint(0, 7, (9,), generator=g),)),
+    (unique_then_arange, lambda g: (torch.randint(0, 9, (10,), generator=g),)),
+    (boolean_mask_rows, lambda g: (torch.randn(8, 3, generator=g),)),
+    (repeat_interleave_tensor, lambda g: (torch.randn(4, 2, generator=g), torch.randint(0, 3, (4,), generator=g))),
+    (float_item_as_a_scalar, lambda g: (torch.randn(5, generator=g),)),
+    (moe_top_k_routing, lambda g: (torch.randn(6, 8, generator=g), torch.randn(8, 4, generator=g),
+                                   torch.randn(4, 8, 8, generator=g))),
+    (tolist_expert_counts, lambda g: (torch.randn(10, 4, generator=g), torch.randint(0, 4, (10,), generator=g))),
+    (checked_item, lambda g: (torch.randn(6, generator=g), torch.randint(0, 7, (), generator=g))),
+]
+
+
+def _split_args(g):
+    a = int(torch.randint(0, 6, (), generator=g))
+    return torch.randn(6, 2, generator=g), torch.tensor([a, 6 - a])
+
+
+@pytest.mark.parametrize("fn, make", CASES, ids=[c[0].__name__ for c in CASES])
+def test_data_dependent_sizes_run_natively_with_eager_results(fn, make):
+    fast = trident.compile(fn)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        args = make(g)
+        torch.testing.assert_close(fast(*args), fn(*args), rtol=1e-6, atol=1e-6)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["fallbacks"], c["hits"]) == (1, 0, 5), c
+
+
+def test_sizes_of_zero_run_natively():
+    fast = trident.compile(nonzero_then_index)
+    for x in (torch.zeros(5), torch.ones(5), torch.zeros(5)):
+        torch.testing.assert_close(fast(x), nonzero_then_index(x))
+    assert trident.counters(fast)["fallbacks"] == 0
+
+
+def test_a_failed_runtime_check_raises_and_the_function_stays_usable():
+    fast = trident.compile(checked_item)
+    x = torch.randn(6)
+    torch.testing.assert_close(fast(x, torch.tensor(3)), checked_item(x, torch.tensor(3)))
+    with pytest.raises(RuntimeError, match="assertion"):
+        fast(x, torch.tensor(9))
+    torch.testing.assert_close(fast(x, torch.tensor(5)), checked_item(x, torch.tensor(5)))
+    assert trident.counters(fast)["specializations"] == 1
+
+
+def test_the_program_reads_items_natively():
+    ir = trident.controller(trident.compile(item_as_a_size)).lower_call(torch.randn(3), torch.tensor([2, 5])).text
+    assert " = item %" in ir

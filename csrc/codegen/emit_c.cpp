@@ -241,7 +241,8 @@ class SpecEmitter {
         }
         break;
       case K::Check:
-        line("if (!" + sym_operand(in.operands[0]) + ") return rt->fail(f, " + ir::quote(in.op) + ");");
+        line("if (!" + sym_operand(in.operands[0]) + ") return rt->fail(f, " + (in.b == 1 ? "TRD_BRANCH_MISS " : "") +
+             ir::quote(in.op) + ");");
         break;
       case K::SymBin: {
         std::string a = sym_operand(in.operands[0]), b = sym_operand(in.operands[1]);

@@ -16,6 +16,7 @@
 
 #define TRD_ABI_VERSION 2
 #define TRD_MAX_DIM 8
+#define TRD_BRANCH_MISS "trident: branch not taken: "
 
 /* Leaf kinds: one flattened argument (user argument or captured module state). */
 enum { TRD_NONE = 0, TRD_TENSOR = 1, TRD_INT = 2, TRD_FLOAT = 3, TRD_BOOL = 4 };
@@ -52,6 +53,8 @@ typedef struct trd_call {
   int32_t grad_mode;          /* torch.is_grad_enabled() */
   const char* structure;      /* argument structure string, see python/bindings/flatten.h */
   int32_t structure_len;
+  int32_t after;              /* select answers only specializations numbered above this (-1: all):
+                               * the next one to try after a run found its branch not taken */
 } trd_call;
 
 typedef struct trd_frame trd_frame; /* opaque: per-call tensor slots, owned by the runtime */
@@ -70,7 +73,9 @@ typedef struct trd_rt {
   void (*release)(trd_frame* f, int32_t slot);
   /* Record a failure raised by generated code itself (e.g. a symbolic size went negative). A message
    * "ZeroDivisionError: ...", "ValueError: ..." or "OverflowError: ..." raises that Python exception
-   * with the rest of the message (Python float semantics); any other raises RuntimeError. */
+   * with the rest of the message (Python float semantics); TRD_BRANCH_MISS "..." says the call's
+   * data took another branch than the one the program was traced for (`expect`): not an error, the
+   * caller runs another specialization; any other raises RuntimeError. */
   int (*fail)(trd_frame* f, const char* message);
   /* Tensors the program reads by location: kind 0 an argument leaf, 1 module state, 2 a frame slot. */
   /* The number in the one-element tensor at (kind, index): an int64 in *out, or with as_float the

@@ -166,9 +166,10 @@ class Emitter {
 
   void leaf_checks(const std::vector<Cand>& cands, int depth) {
     for (const auto& c : cands) {
-      if (c.guards.empty()) { line(depth, "return " + std::to_string(c.id) + ";"); return; }
-      std::string cond;
-      for (const auto& g : c.guards) cond += (cond.empty() ? "" : " && ") + ("(" + guard_expr(g, &statics) + ")");
+      const std::string after = "c->after < " + std::to_string(c.id);
+      if (c.guards.empty()) { line(depth, "if (" + after + ") return " + std::to_string(c.id) + ";"); continue; }
+      std::string cond = after;
+      for (const auto& g : c.guards) cond += " && (" + guard_expr(g, &statics) + ")";
       line(depth, "if (" + cond + ") return " + std::to_string(c.id) + ";");
     }
     line(depth, "return -1;");

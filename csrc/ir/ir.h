@@ -99,7 +99,10 @@ struct Instr {
     SymStride,// $r = stride %v, d
     Item,     // $r = item %v / $fr = item %v (b == 1): the number a one-element tensor holds
               // (a host read: synchronizes with the device for a CUDA tensor, as .item() does)
-    Check,    // check $a, "message": the call fails with RuntimeError(message) unless $a != 0
+    Check,    // check $a, "message": the call fails with RuntimeError(message) unless $a != 0;
+              // expect $a, "message" (b == 1): unless $a != 0, the call's data took another
+              // branch than the one traced: the run stops (nothing written yet) and the call
+              // goes to another specialization (a data-dependent branch, data_values.py)
     SymBin,   // $r = <op> a, b       (a, b: $N or int literal)
     FloatLeaf,// $fr = float K        (Python float leaf K)
     FloatOp,  // $fr = <fop> a[, b]   (a, b: $fN or float literal; itof takes $N or an int)

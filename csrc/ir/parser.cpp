@@ -354,8 +354,11 @@ Instr instr(Lexer& lx) {
   if (lx.accept("release")) { in.kind = K::Release; lx.expect("%"); in.a = lx.integer(); return in; }
   if (lx.accept("call")) { in.kind = K::Call; in.op = lx.string(); in.operands = operand_list(lx); return in; }
   if (lx.accept("launch")) { launch_rest(lx, in); return in; }
-  if (lx.accept("check")) {
+  if (lx.peek() == 'c' || lx.peek() == 'e') {
+    const bool expect = lx.accept("expect");
+    if (!expect && !lx.accept("check")) lx.fail("an instruction");
     in.kind = K::Check;
+    in.b = expect ? 1 : 0;
     in.operands.push_back(operand(lx));
     lx.expect(",");
     in.op = lx.string();

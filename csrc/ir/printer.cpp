@@ -159,7 +159,8 @@ std::string print_instr(const Instr& in) {
     case K::FloatLeaf: return "$f" + std::to_string(in.results.at(0)) + " = float " + std::to_string(in.a);
     case K::Item:
       return (in.b == 1 ? "$f" : "$") + std::to_string(in.results.at(0)) + " = item %" + std::to_string(in.a);
-    case K::Check: return "check " + print_operand(in.operands.at(0)) + ", " + quote(in.op);
+    case K::Check:
+      return (in.b == 1 ? "expect " : "check ") + print_operand(in.operands.at(0)) + ", " + quote(in.op);
     case K::FloatOp: {
       std::string s = "$f" + std::to_string(in.results.at(0)) + " = " + float_op_name(in.fop) + " ";
       for (size_t k = 0; k < in.operands.size(); ++k) s += (k ? ", " : "") + print_operand(in.operands[k]);

@@ -25,5 +25,7 @@ struct trd_frame {
   std::string error;                        // set by a failing runtime call
   // The kind of c10 error it was, so the caller gets the Python type eager's op raises (c10's
   // IndexError is Python's IndexError, and so on); kRuntime for anything else.
-  enum class ErrorKind : uint8_t { kRuntime, kIndex, kValue, kType, kNotImplemented, kZeroDivision, kOverflow } error_kind = ErrorKind::kRuntime;
+  // kBranchMiss: not an error: the call's data took another branch than the program's (`expect`),
+  // before the program wrote anything; the caller runs another specialization.
+  enum class ErrorKind : uint8_t { kRuntime, kIndex, kValue, kType, kNotImplemented, kZeroDivision, kOverflow, kBranchMiss } error_kind = ErrorKind::kRuntime;
 };

@@ -55,7 +55,7 @@ void rt_release(trd_frame* f, int32_t slot) { f->slots[slot].reset(); }
 int rt_fail(trd_frame* f, const char* message) {
   static const struct { const char* prefix; Kind kind; } kinds[] = {
       {"ZeroDivisionError: ", Kind::kZeroDivision}, {"ValueError: ", Kind::kValue},
-      {"OverflowError: ", Kind::kOverflow}};
+      {"OverflowError: ", Kind::kOverflow}, {TRD_BRANCH_MISS, Kind::kBranchMiss}};
   f->error = message;
   f->error_kind = Kind::kRuntime;
   for (const auto& k : kinds) {

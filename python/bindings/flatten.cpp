@@ -257,6 +257,7 @@ trd_call make_call(const FlatArgs& flat) {
   c.grad_mode = at::GradMode::is_enabled() ? 1 : 0;
   c.structure = flat.structure.data();
   c.structure_len = static_cast<int32_t>(flat.structure.size());
+  c.after = -1;
   return c;
 }
 

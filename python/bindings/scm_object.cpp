@@ -157,14 +157,21 @@ bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t s
   return graphs.should_capture(c) && graphs.capture(mod, spec, c, f, out_ints, mod.num_out_ints(spec));
 }
 
-// Runs one specialization. Called with the GIL held. Runs of one SCM take turns on its run lock
+// The specialization this thread's call found its data's branch missing in last (run_spec), while
+// its miss is handled: the miss handler's select() answers only later ones, and it captures anew.
+thread_local int32_t t_branch_missed_after = -1;
+
+// Runs one specialization. Called with the GIL held. *branch_missed: the call's data took another
+// branch than the spec's program was traced for (its `expect`): nothing ran past the check, no
+// error is set, and the caller tries the next specialization. Runs of one SCM take turns on its run lock
 // (its call sites keep per-site state): a run holding the GIL only try-locks it, and one that must
 // wait releases the GIL first and runs without it, so no thread ever waits for the lock while
 // holding the GIL. A run without the GIL touches no Python object; what in it does reach Python
 // takes the GIL itself (a Python op's kernel, a dispatch mode, the private pool and the
 // kept-result object check). The arguments stay alive: the caller's frame holds them.
 PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t spec, const trd_call& call,
-                   const FlatArgs& flat) {
+                   const FlatArgs& flat, bool* branch_missed) {
+  *branch_missed = false;
   ScmState* st = self->st;
   std::shared_ptr<const StateSet> state = st->state;  // this run's own reference (StateSet)
   int32_t nslots = mod.num_slots(spec);
@@ -205,7 +212,9 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
     policy.release_gil = policy.long_in_a_row >= kLongInARow;
   }
   PyObject* out = nullptr;
-  if (!ok)
+  if (!ok && f.error_kind == trd_frame::ErrorKind::kBranchMiss)
+    *branch_missed = true;
+  else if (!ok)
     PyErr_SetString(python_error_type(f.error_kind), f.error.c_str());
   else
     out = build_output(mod.output_tree(spec), slots.data(), flat.objects.data(), flat.objects.size(),
@@ -213,6 +222,25 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   for (auto& t : slots) t.reset();  // the frame is gone: what is still held now has escaped
   mod.finish_run(recycle);
   return out;
+}
+
+// Runs `spec` and, while the call's data takes another branch than a spec was traced for, the next
+// specialization whose guards hold. nullptr without a Python error: none takes this branch
+// (t_branch_missed_after names the last one tried, for the miss handler).
+PyObject* run_branches(ScmObject* self, const runtime::LoadedModule& mod, int32_t spec, trd_call call,
+                       const FlatArgs& flat) {
+  for (;;) {
+    bool missed = false;
+    PyObject* r = run_spec(self, mod, spec, call, flat, &missed);
+    if (!missed) return r;
+    call.after = spec;
+    const int32_t next = mod.select(call);
+    if (next < 0) {
+      t_branch_missed_after = spec;
+      return nullptr;
+    }
+    spec = next;
+  }
 }
 
 PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -230,11 +258,17 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
       trd_call call = make_call(flat);
       int32_t spec = mod ? mod->select(call) : -1;
       if (spec >= 0) {
-        ++st->hits;
-        return run_spec(self, *mod, spec, call, flat);
+        PyObject* r = run_branches(self, *mod, spec, call, flat);
+        if (r || PyErr_Occurred()) {
+          ++st->hits;
+          return r;
+        }
       }
     }
     ++st->misses;
+    struct BranchMissHandled {  // however the miss ends
+      ~BranchMissHandled() { t_branch_missed_after = -1; }
+    } handled;
     // The miss handler compiles a specialization for exactly this call and says so with
     // NotImplemented: it must then be selected. Another thread may have changed the module's state
     // (dropping every specialization) before this thread got the GIL back: then the state is read
@@ -257,15 +291,18 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
         if (!state_ok(self)) return nullptr;
       }
       mod = st->loaded;
+      call.after = -1;
       spec = mod ? mod->select(call) : -1;
+      if (spec >= 0) {
+        PyObject* r = run_branches(self, *mod, spec, call, flat);
+        if (r || PyErr_Occurred()) return r;
+        spec = -1;  // still no specialization for this branch: the miss handler again
+      }
     }
-    if (spec < 0) {
-      std::string why = native ? "no specialization accepts the call it was compiled for"
-                               : "arguments cannot be described natively (" + flat.unsupported + ")";
-      PyErr_SetString(PyExc_RuntimeError, ("trident internal error: " + why).c_str());
-      return nullptr;
-    }
-    return run_spec(self, *mod, spec, call, flat);
+    std::string why = native ? "no specialization accepts the call it was compiled for"
+                             : "arguments cannot be described natively (" + flat.unsupported + ")";
+    PyErr_SetString(PyExc_RuntimeError, ("trident internal error: " + why).c_str());
+    return nullptr;
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
@@ -415,6 +452,10 @@ PyObject* scm_graph_refusals(PyObject* py_self, PyObject*) {
   return out;
 }
 
+// branch_missed() -> bool: the miss this thread handles is a call whose data took a branch no
+// specialization was traced for (the controller captures anew instead of reusing a capture).
+PyObject* scm_branch_missed(PyObject*, PyObject*) { return PyBool_FromLong(t_branch_missed_after >= 0); }
+
 PyObject* scm_note_fallback(PyObject* py_self, PyObject*) {
   ++reinterpret_cast<ScmObject*>(py_self)->st->fallbacks;
   Py_RETURN_NONE;
@@ -456,7 +497,9 @@ PyObject* scm_select(PyObject* py_self, PyObject* const* args, size_t nargsf, Py
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
   FlatArgs flat;
   if (!flatten_args(args, PyVectorcall_NARGS(nargsf), kwnames, flat) || !st->loaded) return PyLong_FromLong(-1);
-  return PyLong_FromLong(st->loaded->select(make_call(flat)));
+  trd_call call = make_call(flat);
+  call.after = t_branch_missed_after;  // inside a miss whose data no spec's branch took: later ones
+  return PyLong_FromLong(st->loaded->select(call));
 }
 
 PyMethodDef scm_methods[] = {
@@ -465,6 +508,7 @@ PyMethodDef scm_methods[] = {
     {"clear", scm_clear, METH_NOARGS, "Drop every specialization."},
     {"counters", scm_counters, METH_NOARGS, "hits, misses, compiles, specializations, fallbacks, ..."},
     {"note_fallback", scm_note_fallback, METH_NOARGS, "Count one call the Python layer ran eagerly."},
+    {"branch_missed", scm_branch_missed, METH_NOARGS, "Whether the miss being handled took an untraced branch."},
     {"graph_refusals", scm_graph_refusals, METH_NOARGS, "[(spec, why)]: specializations not replayed as CUDA graphs."},
     {"ir", scm_ir, METH_NOARGS, "Host IR of every specialization (after planning)."},
     {"paths", scm_paths, METH_NOARGS, "(generated source path, shared object path)."},

@@ -3,6 +3,7 @@ is handled here and nowhere else."""
 from __future__ import annotations
 
 import contextlib
+import dis
 import inspect
 import operator
 import sys
@@ -380,6 +381,98 @@ def _install_triton_launch_options() -> bool:
     return True
 
 
+# A branch on a tensor's value (`if x.sum() > 0:`, `if mask.all():`) is where strict export stops
+# ("Data-dependent branching"). During trident's capture the branch is taken as this call takes it,
+# and the trace records the condition it depended on as `torch._assert_async(cond, BRANCH_MARK
+# ...)`, which the lowering makes the program's first check (data_values.py: `expect`): a later
+# call whose condition goes the other way runs another specialization, captured for that way. The
+# condition's value comes from running the ops it depends on, on the call's own tensors
+# (Dynamo's get_real_value), which is this call's value only where nothing traced so far wrote a
+# tensor in place (the write has not happened at capture, and running it would change the call's
+# state) or calls a module: otherwise the branch stays unsupported.
+BRANCH_MARK = "trident: the program took this branch at "
+
+
+def _writes_or_calls_modules(graph) -> bool:
+    """Whether the fx graph traced so far writes a tensor in place or calls a module."""
+    for n in graph.nodes:
+        if n.op == "call_module":
+            return True
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if n.op in ("call_method", "call_function") and (
+                (name.endswith("_") and not name.startswith("_")) or n.target is operator.setitem):
+            return True
+        schema = getattr(n.target, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            return True
+    return False
+
+
+def _take_tensor_branch(tx, value, inst):
+    """The Python bool this call's tensor condition has, with the check recorded in the trace; None
+    when it cannot be taken here (the caller keeps Dynamo's refusal)."""
+    from torch._dynamo.utils import get_real_value
+    from torch._dynamo.variables import ConstantVariable
+    from torch._dynamo.variables.builder import wrap_fx_proxy  # noqa: F401  (present in 2.11 and 2.13)
+    try:
+        node = value.as_proxy().node
+        fake = node.meta.get("example_value")
+        if fake is None or fake.numel() != 1 or _writes_or_calls_modules(tx.output.graph):
+            return None
+        truth = bool(get_real_value(node, tx.output))
+    except Exception:  # noqa: BLE001  (any failure: Dynamo's own refusal follows)
+        return None
+    pred = value if fake.dtype == torch.bool else value.call_method(tx, "ne", [ConstantVariable.create(0)], {})
+    if not truth:
+        pred = pred.call_method(tx, "logical_not", [], {})
+    line = getattr(getattr(inst, "positions", None), "lineno", None) or getattr(tx, "lineno", "?")
+    where = f"{tx.f_code.co_filename}:{line}"
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+    TorchInGraphFunctionVariable(torch._assert_async).call_function(
+        tx, [pred, ConstantVariable.create(BRANCH_MARK + where)], {})
+    return truth
+
+
+def _install_tensor_branches() -> bool:
+    try:
+        from torch._dynamo import symbolic_convert as sc
+        from torch._dynamo.variables import ConstantVariable
+        from torch._dynamo.variables.tensor import TensorVariable
+    except ImportError:
+        return False
+    base = sc.InstructionTranslatorBase
+    if getattr(base, "_trident_branches", False):
+        return True
+    classes, todo = [], [base]
+    while todo:
+        c = todo.pop()
+        classes.append(c)
+        todo.extend(c.__subclasses__())
+    for cls in classes:
+        for name in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE",
+                     "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE"):
+            orig = cls.__dict__.get(name)
+            if orig is None:
+                continue
+
+            def jump(self, inst, _orig=orig):
+                if getattr(_capture, "active", False) and self.stack and isinstance(self.stack[-1], TensorVariable):
+                    truth = _take_tensor_branch(self, self.stack[-1], inst)
+                    if truth is not None:
+                        self.stack[-1] = ConstantVariable.create(truth)
+                return _orig(self, inst)
+
+            setattr(cls, name, jump)
+    # Dynamo dispatches through a per-class table of the handlers, made when the class was defined.
+    for cls in classes:
+        table = cls.__dict__.get("dispatch_table")
+        for name, op in dis.opmap.items():
+            if table is not None and "JUMP" in name and "IF" in name and hasattr(cls, name):
+                table[op] = getattr(cls, name)
+    base._trident_branches = True
+    return True
+
+
 _install_lock = threading.Lock()
 
 
@@ -396,6 +489,7 @@ def capturing():
         _install_ttir_scalar_fix()
         _install_symint_indexing()
         _install_triton_launch_options()
+        _install_tensor_branches()
         _install_global_recorder()
     prev = getattr(_capture, "active", False)
     _capture.active = True

@@ -729,7 +729,10 @@ class CompiledFunction:
             return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
                          leaf_values, pre_state=pre_state, state_prefix=state_prefix)
 
-        ep = self._captures.get(key)
+        # A call whose data took a branch no specialization was traced for is captured anew: the
+        # capture of the same key holds the other branch.
+        scm = self.scm
+        ep = None if scm is not None and scm.branch_missed() else self._captures.get(key)
         if ep is not None:
             lowered = lowered_from(ep)
             why = _C.spec_rejects(lowered.text, *args, **kwargs)

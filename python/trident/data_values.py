@@ -7,7 +7,14 @@ A value the trace cannot know before the program runs becomes a `$N` the program
   - the size of a result whose size depends on data (`nonzero`, `masked_select`, `unique`):
     `$N = size %r, d`, read from the result ATen returned.
 Later sizes, views, allocations, grids and kernel integers read them like any other symbol
-(symbolic.py). The trace's runtime assertions about them (`torch._check(n <= x.size(0))`, a size's
+(symbolic.py).
+
+A branch on a tensor's value (`if mask.all():`) is traced the way this call takes it, the condition
+recorded as `_assert_async(cond, BRANCH_MARK ...)` (_compat.py). Its program checks the condition
+first, `$N = item %cond` and `expect $N, "..."`, the ops computing it moved before everything else
+(they read only the call's arguments and module state: the capture refused conditions on anything
+written in place): a call whose data goes the other way stops there, before anything is written,
+and runs the next specialization whose guards hold, or is captured for its own branch. The trace's runtime assertions about them (`torch._check(n <= x.size(0))`, a size's
 `u0 >= 0`) become `check $N, "message"`: the call raises RuntimeError with export's message where
 the assertion fails, instead of running with a value the trace excluded. Assertions about sizes of
 arguments only stay guards (the spec's, checked before it runs).
@@ -24,6 +31,7 @@ from .float_symbols import FloatSym
 
 ITEM_OPS = {torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default}
 ASSERT_OP = torch.ops.aten._assert_scalar.default
+ASSERT_ASYNC_OP = torch.ops.aten._assert_async.msg
 
 
 def _unbacked_symbol(v) -> sympy.Symbol | None:
@@ -90,3 +98,53 @@ def lower_assert(lw, node: fx.Node) -> bool:
     from .lower import _quote
     lw.lines.append(f"check {v}, {_quote(message)}")
     return True
+
+
+def _is_branch(node: fx.Node) -> bool:
+    from ._compat import BRANCH_MARK
+    return (node.op == "call_function" and node.target is ASSERT_ASYNC_OP and len(node.args) == 2
+            and isinstance(node.args[1], str) and node.args[1].startswith(BRANCH_MARK))
+
+
+def program_order(graph: fx.Graph) -> list[fx.Node]:
+    """The graph's nodes in the order the program runs them: inputs, then every traced branch's
+    condition with what it depends on (so a call whose data goes the other way stops before the
+    program has done anything), then the rest, each part in graph order."""
+    nodes = list(graph.nodes)
+    first: set = set()
+    todo = [n for n in nodes if _is_branch(n)]
+    while todo:
+        n = todo.pop()
+        if n not in first:
+            first.add(n)
+            todo.extend(n.all_input_nodes)
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    return inputs + [n for n in nodes if n in first and n.op != "placeholder"] + \
+        [n for n in nodes if n not in first and n.op != "placeholder"]
+
+
+def lower_branch(lw, node: fx.Node) -> bool:
+    """A traced branch's condition: `$N = item %cond` and `expect $N, "..."`. True when lowered."""
+    if not _is_branch(node):
+        return False
+    from .errors import UnsupportedError
+    from .lower import _quote
+    cond = node.args[0]
+    if lw.inplace & set(_ancestors(cond)):
+        raise UnsupportedError(f"{node.args[1][len('trident: the program took this branch at '):]}: a branch on "
+                               "a tensor the program writes in place before it")
+    v = lw.new_sym()
+    lw.lines.append(f"{v} = item {lw.operand(node, cond)}")
+    lw.lines.append(f"expect {v}, {_quote(node.args[1])}")
+    lw.env[node] = None
+    return True
+
+
+def _ancestors(node: fx.Node) -> list[fx.Node]:
+    seen, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.append(n)
+            todo.extend(n.all_input_nodes)
+    return seen

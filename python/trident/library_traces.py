@@ -7,15 +7,17 @@ for that reason, trident's capture takes the eager branch, so the program comput
 computes, bit for bit.
 
 transformers' `masking_utils._ignore_causal_mask_sdpa`: eager skips building an attention mask (SDPA
-then runs with `is_causal`, or unmasked for one query) when the decision reads only sizes and
-ints: no padding mask, and an int cache offset. Traced, it always builds the explicit mask, which
-selects another SDPA kernel and rounds differently in bf16 (a random-weight model's greedy tokens
-then leave eager's). During trident's capture such calls run transformers' own function with its
-tracing checks answered as eager answers them; calls whose decision reads a tensor's values (a
-padding mask, a StaticCache's tensor offset) keep the traced branch.
+then runs with `is_causal`, or unmasked for one query) where it can, deciding from sizes, ints and
+the values of the padding mask and of a StaticCache's offset tensor. Traced, it always builds the
+explicit mask, which selects another SDPA kernel and rounds differently in bf16 (a random-weight
+model's greedy tokens then leave eager's). During trident's capture transformers' own function runs
+with its tracing checks answered as eager answers them: what it reads of sizes becomes guards, and
+what it reads of tensor values becomes the program's branch check (`expect`, data_values.py), so
+a call whose padding mask or offset leads elsewhere runs the specialization of that branch.
 
 Installed by `_compat.capturing()` for the duration of a capture; outside a trace the function that
 stands in gives the original's answers (its tracing checks answer False there anyway).
+Reading a tensor's value costs what it costs eager: the call waits for the device there.
 """
 from __future__ import annotations
 
@@ -39,9 +41,7 @@ def _mask_skip_decision(orig):
                       is_torchdynamo_compiling=lambda: False)
 
     def _ignore_causal_mask_sdpa(padding_mask, q_length, kv_length, q_offset, kv_offset, *args, **kwargs):
-        if padding_mask is None and not isinstance(q_offset, torch.Tensor) and not isinstance(kv_offset, torch.Tensor):
-            return eager(padding_mask, q_length, kv_length, q_offset, kv_offset, *args, **kwargs)
-        return orig(padding_mask, q_length, kv_length, q_offset, kv_offset, *args, **kwargs)
+        return eager(padding_mask, q_length, kv_length, q_offset, kv_offset, *args, **kwargs)
 
     return _ignore_causal_mask_sdpa
 

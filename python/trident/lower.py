@@ -339,7 +339,8 @@ class _Lowerer:
     def call(self, node: fx.Node):
         op = node.target
         val = node.meta.get("val")
-        if data_values.lower_item(self, node) or data_values.lower_assert(self, node):
+        if data_values.lower_item(self, node) or data_values.lower_assert(self, node) or \
+                data_values.lower_branch(self, node):
             return
         if isinstance(val, torch.SymFloat) or float_symbols.is_item_of_float(self, node):
             try:
@@ -538,7 +539,7 @@ class _Lowerer:
         state = self.state_refs
         node = None
         try:
-            for node in self.ep.graph.nodes:
+            for node in data_values.program_order(self.ep.graph):
                 if node.op == "placeholder":
                     ispec = spec_by_name[node.name]
                     if ispec.kind == InputKind.USER_INPUT:

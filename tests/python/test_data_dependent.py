@@ -128,3 +128,50 @@ def test_a_failed_runtime_check_raises_and_the_function_stays_usable():
 def test_the_program_reads_items_natively():
     ir = trident.controller(trident.compile(item_as_a_size)).lower_call(torch.randn(3), torch.tensor([2, 5])).text
     assert " = item %" in ir
+
+
+def branch_on_a_sum(x, m):
+    y = x * 3
+    if m.sum() > 0:
+        return y + 1
+    return y * 2
+
+
+def test_a_branch_on_data_runs_each_way_natively():
+    """The first call's branch is traced and checked first thing; a call whose data goes the other
+    way runs the specialization captured for that way (data_values.py: `expect`)."""
+    fast = trident.compile(branch_on_a_sum)
+    x = torch.randn(4)
+    for m in (torch.ones(3), -torch.ones(3), torch.ones(3), -torch.ones(3), torch.zeros(3), torch.ones(3)):
+        torch.testing.assert_close(fast(x, m), branch_on_a_sum(x, m), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (2, 4, 0), c
+    assert "expect " in trident.explain(fast)
+
+
+def count_down(x):
+    while x.max() > 0:
+        x = x - 1
+    return x
+
+
+def test_a_loop_on_data_is_a_specialization_per_trip_count():
+    fast = trident.compile(count_down)
+    for v in (2.0, 1.0, 2.0, 0.5, 1.0):
+        x = torch.full((3,), v)
+        torch.testing.assert_close(fast(x), count_down(x), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"]) == (2, 3), c  # two trip counts: 2 (for 2.0) and 1 (1.0, 0.5)
+
+
+def branch_after_an_in_place_write(x):
+    x.add_(1)
+    if x.sum() > 0:
+        return x * 2
+    return x
+
+
+def test_a_branch_on_a_tensor_written_before_it_says_so():
+    fast = trident.compile(branch_after_an_in_place_write)
+    with pytest.raises(trident.UnsupportedError, match="Data-dependent branching"):
+        fast(torch.ones(3))

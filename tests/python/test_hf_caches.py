@@ -221,3 +221,35 @@ def test_a_bf16_decode_over_transformers_cache_is_bit_exact(kind):
     for a, b in zip(_layer_tensors(mine), _layer_tensors(theirs)):
         assert torch.equal(a, b)
     assert trident.counters(fast)["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("impl", [None, "static"])
+def test_bf16_generate_with_a_padding_mask_gives_eagers_logits_bit_for_bit(impl):
+    """generate() passes an attention mask: whether transformers skips the mask then depends on the
+    mask's values (all ones?) and, for a StaticCache prefill, on its offset. trident's program checks
+    what eager checked and runs the specialization of the branch the data takes
+    (data_values.py), so a bf16 model's logits equal eager's at every step, padded or not."""
+    cfg = transformers.Qwen3Config(**{**_COMMON, "hidden_size": 64, "intermediate_size": 128}, head_dim=16)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+    ids = torch.randint(1, cfg.vocab_size, (2, 7), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    ids[0, :2] = 0
+    mask[0, :2] = 0
+    kw = dict(max_new_tokens=10, do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+    if impl:
+        kw["cache_implementation"] = impl
+    calls = [(ids[1:], torch.ones_like(ids[1:])), (ids, mask)]
+    want = [model.generate(i, attention_mask=m, **kw) for i, m in calls]
+    eager_forward = model.forward
+    model.forward = trident.compile(eager_forward)
+    try:
+        got = [model.generate(i, attention_mask=m, **kw) for i, m in calls]
+        c = trident.counters(model.forward)
+    finally:
+        model.forward = eager_forward
+    for w, g in zip(want, got):
+        assert torch.equal(w.sequences, g.sequences)
+        assert all(torch.equal(a, b) for a, b in zip(w.logits, g.logits))
+    assert c["fallbacks"] == 0 and c["hits"] >= 2 * 9 - c["specializations"]

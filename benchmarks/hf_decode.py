@@ -1,4 +1,4 @@
-"""The paper's two models as their users run them: Hugging Face's own modeling code, built from a
+"""The paper's two models (and Llama-3.2-1B) as their users run them: Hugging Face's own modeling code, built from a
 config with random weights (nothing downloaded), bf16, optionally with Liger-Kernel's Triton kernels
 swapped in by Liger's own `apply_liger_kernel_to_*`, decoding greedily over transformers' own
 StaticCache, called the ordinary way:
@@ -37,6 +37,13 @@ MODELS = {
         vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
         num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6,
         rope_theta=1000000.0, tie_word_embeddings=False)),
+    # Llama-3.2-1B's config (16 layers, hidden 2048, 32 heads / 8 kv heads of 64, llama3 rope scaling)
+    "llama-1b": dict(cls="Llama", liger="llama", cfg=dict(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling=dict(rope_type="llama3", factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                          original_max_position_embeddings=8192))),
     # DeepSeek-V2-Lite's config (27 layers, MLA with kv_lora_rank 512, 64 routed experts, top-6)
     "deepseek-v2-lite": dict(cls="DeepseekV2", liger="deepseek_v2", cfg=dict(
         vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
@@ -172,7 +179,7 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
     elif mode in ("compile", "reduce-overhead"):
         torch._dynamo.reset()
         fn = torch.compile(step, mode=None if mode == "compile" else "reduce-overhead")
-    elif mode in ("generate-eager", "generate-trident", "generate-trident-graphs"):
+    elif mode in ("generate-eager", "generate-hf-compile", "generate-trident", "generate-trident-graphs"):
         return run_generate(mode, model, prompt, steps, max_len, log)
     else:
         raise SystemExit(f"unknown mode {mode}")
@@ -186,14 +193,18 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
 
 
 def run_generate(mode, model, prompt, steps, max_len, log):
-    if mode != "generate-eager":
+    """generate() with the static cache: eager (transformers' automatic torch.compile off), transformers'
+    own automatic compile (generate-hf-compile), or model.forward compiled by trident (which turns
+    the automatic compile off for that model)."""
+    trident_mode = mode.startswith("generate-trident")
+    if trident_mode:
         import trident
     kw = dict(max_new_tokens=steps + 3, min_new_tokens=steps + 3, do_sample=False, cache_implementation="static",
-              pad_token_id=0)
+              pad_token_id=0, disable_compile=mode == "generate-eager")
     eager_forward = model.forward
     counters = None
     try:
-        if mode != "generate-eager":
+        if trident_mode:
             model.forward = trident.compile(eager_forward, graphs=mode == "generate-trident-graphs")
         with torch.no_grad():
             model.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up (compiles)
@@ -202,7 +213,7 @@ def run_generate(mode, model, prompt, steps, max_len, log):
             out = model.generate(prompt, **kw)
             torch.cuda.synchronize()
             dt = (time.perf_counter() - t0) / (steps + 3)
-        if mode != "generate-eager":
+        if trident_mode:
             counters = trident.counters(model.forward)
     finally:
         model.forward = eager_forward

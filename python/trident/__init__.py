@@ -45,6 +45,8 @@ def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "
                                  reuse_outputs=reuse_outputs, graphs=graphs)
     if not callable(fn):
         raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
+    from .transformers_generate import install_for
+    install_for(fn)  # a transformers model's forward: its generate() skips its own torch.compile
     return CompiledFunction(fn, options).detach()
 
 

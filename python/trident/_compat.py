@@ -393,14 +393,22 @@ def _install_triton_launch_options() -> bool:
 BRANCH_MARK = "trident: the program took this branch at "
 
 
+_OPERATOR_WRITES = {operator.setitem, operator.delitem} | {
+    getattr(operator, "i" + op) for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or",
+                                          "xor", "lshift", "rshift", "matmul")}
+
+
 def _writes_or_calls_modules(graph) -> bool:
     """Whether the fx graph traced so far writes a tensor in place or calls a module."""
     for n in graph.nodes:
         if n.op == "call_module":
             return True
+        if n.op == "call_function" and getattr(n.target, "__module__", None) == "_operator":
+            if n.target in _OPERATOR_WRITES:
+                return True
+            continue  # operator.not_, operator.and_: Python's own operators, no tensor written
         name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        if n.op in ("call_method", "call_function") and (
-                (name.endswith("_") and not name.startswith("_")) or n.target is operator.setitem):
+        if n.op in ("call_method", "call_function") and name.endswith("_") and not name.startswith("_"):
             return True
         schema = getattr(n.target, "_schema", None)
         if schema is not None and schema.is_mutable:
@@ -433,6 +441,41 @@ def _take_tensor_branch(tx, value, inst):
     return truth
 
 
+_COMPARISONS = (operator.gt, operator.lt, operator.ge, operator.le, operator.eq, operator.ne)
+
+
+def _data_condition(tx, value):
+    """The tensor a branch on `value` reads: `value` itself, or for a comparison of a number read from
+    a tensor (`if n.item() > 0:`, an element of `.tolist()` against a constant) the same comparison
+    made on that tensor; None for anything else (Dynamo's own handling follows)."""
+    from torch._dynamo.variables import SymNodeVariable
+    from torch._dynamo.variables.tensor import TensorVariable
+    if isinstance(value, TensorVariable):
+        return value
+    if not isinstance(value, SymNodeVariable):
+        return None
+    try:
+        node = value.as_proxy().node
+        if node.op != "call_function" or node.target not in _COMPARISONS or len(node.args) != 2 or node.kwargs:
+            return None
+
+        def operand(x):
+            if isinstance(x, torch.fx.Node):
+                if (x.op == "call_method" and x.target == "item") or x.target in (
+                        torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default):
+                    return torch.fx.Proxy(x.args[0], tx.output.current_tracer), True
+                return None, False
+            return (x, False) if isinstance(x, (bool, int, float)) else (None, False)
+
+        (a, ta), (b, tb) = operand(node.args[0]), operand(node.args[1])
+        if a is None or b is None or not (ta or tb):
+            return None
+        from torch._dynamo.variables.builder import wrap_fx_proxy
+        return wrap_fx_proxy(tx, tx.output.create_proxy("call_function", node.target, (a, b), {}))
+    except Exception:  # noqa: BLE001  (Dynamo's own handling follows)
+        return None
+
+
 def _install_tensor_branches() -> bool:
     try:
         from torch._dynamo import symbolic_convert as sc
@@ -456,8 +499,9 @@ def _install_tensor_branches() -> bool:
                 continue
 
             def jump(self, inst, _orig=orig):
-                if getattr(_capture, "active", False) and self.stack and isinstance(self.stack[-1], TensorVariable):
-                    truth = _take_tensor_branch(self, self.stack[-1], inst)
+                if getattr(_capture, "active", False) and self.stack:
+                    cond = _data_condition(self, self.stack[-1])
+                    truth = _take_tensor_branch(self, cond, inst) if cond is not None else None
                     if truth is not None:
                         self.stack[-1] = ConstantVariable.create(truth)
                 return _orig(self, inst)

@@ -47,6 +47,9 @@ def lower_item(lw, node: fx.Node) -> bool:
     """`.item()` of a tensor the program computes (or an argument): True when lowered here."""
     if node.target not in ITEM_OPS or len(node.args) != 1 or not isinstance(node.args[0], fx.Node):
         return False
+    from .float_symbols import is_item_of_float
+    if is_item_of_float(lw, node):  # a float argument's own value (float_symbols.py)
+        return False
     val = node.meta.get("val")
     symbol = _unbacked_symbol(val)
     if symbol is None:

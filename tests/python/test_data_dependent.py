@@ -18,7 +18,7 @@ def masked_select_then_reduce(x):
 
 
 def item_as_a_size(x, n):
-    return torch.zeros(int(n.max().item()) + 1) + x.sum()
+    return torch.zeros(int(n.max().item()) + 1, device=x.device) + x.sum()
 
 
 def item_as_a_slice_end(x, n):
@@ -36,7 +36,7 @@ def bincount_then_view(x):
 
 def unique_then_arange(x):
     u = torch.unique(x)
-    return u + torch.arange(u.numel())
+    return u + torch.arange(u.numel(), device=u.device)
 
 
 def boolean_mask_rows(x):
@@ -175,3 +175,18 @@ def test_a_branch_on_a_tensor_written_before_it_says_so():
     fast = trident.compile(branch_after_an_in_place_write)
     with pytest.raises(trident.UnsupportedError, match="Data-dependent branching"):
         fast(torch.ones(3))
+
+
+def branch_on_an_item(x):
+    if x.sum().item() > 0:
+        return x * 2.0
+    return x - 1.0
+
+
+def test_a_branch_on_an_item_compared_with_a_number_runs_each_way():
+    fast = trident.compile(branch_on_an_item)
+    pos = torch.rand(3, 4) + 0.1
+    for x in (pos, -pos, pos, -pos):
+        torch.testing.assert_close(fast(x), branch_on_an_item(x), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (2, 2, 0), c

@@ -82,18 +82,18 @@ def test_an_aten_error_on_a_hit_has_the_type_eager_raises():
     assert (c["compiles"], c["hits"]) == (1, 2), c
 
 
-def _item_as_size(x, n):
-    k = n.item()
-    return torch.zeros(k) + x.sum()  # the line the error names
+def _cond(x):
+    y = x * 2
+    return torch.cond(y.sum() > 0, lambda t: t * 2, lambda t: t - 1, (y,))  # the line the error names
 
 
 def test_a_construct_the_lowering_cannot_take_is_named_by_the_users_line_first():
-    """UnsupportedError's message starts with the user's file, line and code, then says what is
-    missing and the way out (here: `.item()` used as a size)."""
-    fast = trident.compile(_item_as_size)
+    """UnsupportedError's message starts with the user's file, line and code, then says what the
+    lowering cannot take (here: torch.cond's branch subgraphs)."""
+    fast = trident.compile(_cond)
     with pytest.raises(trident.UnsupportedError) as info:
-        fast(torch.ones(3), torch.tensor(4))
+        fast(torch.ones(3))
     msg = str(info.value)
-    line = _item_as_size.__code__.co_firstlineno + 2
-    assert msg.startswith(f'File "{__file__}", line {line}, in _item_as_size: return torch.zeros(k)'), msg
-    assert ".item()" in msg and 'backend="trident"' in msg
+    line = _cond.__code__.co_firstlineno + 2
+    assert msg.startswith(f'File "{__file__}", line {line}, in _cond: return torch.cond('), msg
+    assert "true_graph_0" in msg

@@ -232,11 +232,33 @@ def _tensor_if(x, dynamic):
     return x * 7.0 + 0.25
 
 
+def _branch_after_write(x, dynamic):
+    if dynamic:
+        x.add_(1.0)
+        if x.sum() > 0:
+            return x * 2.0
+        return x
+    return x * 7.0 + 0.25
+
+
 UNSUPPORTED = [
-    pytest.param(_item_branch, r"item|data.?dependent|_local_scalar_dense", id="item_branch"),
     pytest.param(_tolist, r"tolist|item|data.?dependent|_local_scalar_dense", id="tolist"),
-    pytest.param(_tensor_if, r"data.?dependent|control.?flow|branch|__bool__|bool\(", id="tensor_if"),
+    pytest.param(_branch_after_write, r"data.?dependent|control.?flow|branch|__bool__|bool\(",
+                 id="branch_on_a_tensor_written_before"),
 ]
+
+
+@pytest.mark.parametrize("fn", [_item_branch, _tensor_if], ids=["item_branch", "tensor_if"])
+def test_branches_on_data_run_natively_each_way(fn):
+    """Branches on a tensor's value or on an `.item()` are traced per branch taken
+    (python/trident/data_values.py): both ways give eager's result, every call native."""
+    fast = trident.compile(fn)
+    pos = randn(3, 4).abs() + 0.1
+    with torch.no_grad():
+        for x in (pos, -pos, pos, -pos):
+            assert_valid_call(fast, fn, (x, True), expect_hit=False)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["fallbacks"]) == (2, 0), c
 
 
 FALLBACK_WARNING_RE = r"eager|fall.?back|falling back|unsupported|not supported"

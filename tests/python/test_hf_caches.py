@@ -253,3 +253,28 @@ def test_bf16_generate_with_a_padding_mask_gives_eagers_logits_bit_for_bit(impl)
         assert torch.equal(w.sequences, g.sequences)
         assert all(torch.equal(a, b) for a, b in zip(w.logits, g.logits))
     assert c["fallbacks"] == 0 and c["hits"] >= 2 * 9 - c["specializations"]
+
+
+def test_generate_skips_transformers_own_compile_for_a_forward_trident_compiled():
+    """generate() with a compileable cache wraps the model's call in torch.compile on a GPU; with a
+    forward trident compiled it does not (transformers_generate.py), and other models keep it."""
+    model, other = _model("llama"), transformers.LlamaForCausalLM(_model("llama").config).eval()
+    config = transformers.GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    config.compile_config = transformers.CompileConfig()
+    config.compile_config._compile_all_devices = True  # as a CUDA model would: the CPU one qualifies too
+    kwargs = {"cache": StaticCache(config=model.config, max_cache_len=16)}
+    assert model._valid_auto_compile_criteria(kwargs, config)
+    eager_forward = model.forward
+    model.forward = trident.compile(eager_forward)
+    try:
+        assert not model._valid_auto_compile_criteria(kwargs, config)
+        assert other._valid_auto_compile_criteria(kwargs, config)
+        ids = torch.randint(1, 96, (1, 5), generator=torch.Generator().manual_seed(2))
+        torch._dynamo.reset()
+        out = model.generate(ids, generation_config=config, cache_implementation="static")
+        c = trident.counters(model.forward)
+    finally:
+        model.forward = eager_forward
+    assert torch.equal(out, model.generate(ids, generation_config=config, cache_implementation="static",
+                                           disable_compile=True))
+    assert c["fallbacks"] == 0 and c["hits"] >= 2

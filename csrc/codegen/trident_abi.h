@@ -1,10 +1,13 @@
 /* trident_abi.h: the one contract between a generated Specialization Cache Module and the runtime.
  *
- * Generated modules are plain C11 compiled by the system compiler. They include no torch header:
- * everything they need from the runtime goes through the versioned function table trd_rt, and
- * everything the runtime needs from them comes back through trd_module. Bump TRD_ABI_VERSION on any
- * change to a struct below; the loader refuses modules built for another version, and the version is
- * part of the module's content hash, so stale cache entries are never loaded.
+ * A module is made of objects compiled by the system compiler from plain C11: one per
+ * specialization (its host program, trd_spec) and one selector (the decision program over all of
+ * them, trd_selector). Adding a specialization compiles its own object and a new selector; the
+ * others' objects, and the runtime state of their call sites, are reused. Generated code includes no
+ * torch header: everything it needs from the runtime goes through the versioned function table
+ * trd_rt. Bump TRD_ABI_VERSION on any change to a struct below; the loader refuses objects built for
+ * another version, and the version is part of each object's content hash, so stale cache entries
+ * are never loaded.
  *
  * Ownership: the runtime owns every tensor. Generated code names tensors by frame slot index and
  * never touches them; it only computes integers (guards, symbolic sizes, grids) and sequences calls.
@@ -14,7 +17,7 @@
 
 #include <stdint.h>
 
-#define TRD_ABI_VERSION 2
+#define TRD_ABI_VERSION 3
 #define TRD_MAX_DIM 8
 #define TRD_BRANCH_MISS "trident: branch not taken: "
 
@@ -88,25 +91,33 @@ typedef struct trd_rt {
 /* One specialization's host program. Reads leaves, writes integer outputs to out_ints. */
 typedef int (*trd_run_fn)(const trd_rt* rt, trd_frame* f, const trd_leaf* leaves, int64_t* out_ints);
 
-/* What a module exports through trident_module_v1(). All strings are static. */
-typedef struct trd_module {
+/* What a specialization's object exports through trident_spec_v1(). All strings are static. The
+ * object does not know its index among the module's specializations: the same program is the same
+ * object (and the same cache entry) in any module. */
+typedef struct trd_spec {
+  uint32_t abi_version;
+  trd_run_fn run;
+  int32_t nslots;                    /* frame size of the program */
+  int32_t nout_ints;
+  const char* output;                /* output tree, host IR return syntax */
+  int32_t nsites;
+  const char* const* sites;          /* [nsites] call/launch site, host IR instruction syntax */
+  int32_t nkernels;
+  const char* const* kernels;        /* [nkernels] Triton kernel declarations, host IR syntax */
+} trd_spec;
+
+/* What the selector's object exports through trident_selector_v1(). */
+typedef struct trd_selector {
   uint32_t abi_version;
   int32_t nspecs;
   /* Decision program: index of the specialization whose guards all hold, or -1 (miss).
    * Never explains; the runtime's cold path does that. */
   int32_t (*select)(const trd_call* call);
-  const trd_run_fn* run;             /* [nspecs] */
-  const int32_t* nslots;             /* [nspecs] frame size of each program */
-  const int32_t* nout_ints;          /* [nspecs] */
-  const char* const* outputs;        /* [nspecs] output tree, host IR return syntax */
-  int32_t nsites;
-  const char* const* sites;          /* [nsites] call/launch site, host IR instruction syntax */
-  const int32_t* site_spec;          /* [nsites] which spec each site belongs to */
-  int32_t nkernels;
-  const char* const* kernels;        /* [nkernels] Triton kernel declarations, host IR syntax */
-} trd_module;
+} trd_selector;
 
-typedef const trd_module* (*trd_module_entry_fn)(void);
-#define TRD_MODULE_ENTRY "trident_module_v1"
+typedef const trd_spec* (*trd_spec_entry_fn)(void);
+typedef const trd_selector* (*trd_selector_entry_fn)(void);
+#define TRD_SPEC_ENTRY "trident_spec_v1"
+#define TRD_SELECTOR_ENTRY "trident_selector_v1"
 
 #endif /* TRIDENT_ABI_H */

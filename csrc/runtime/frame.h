@@ -10,11 +10,13 @@
 #include "codegen/trident_abi.h"
 
 namespace trident::runtime {
-class LoadedModule;
+class LoadedSpec;
+class ReusePool;
 }
 
 struct trd_frame {
-  const trident::runtime::LoadedModule* module = nullptr;
+  const trident::runtime::LoadedSpec* spec = nullptr;  // the spec running (its sites and kernels)
+  trident::runtime::ReusePool* pool = nullptr;          // the module's kept buffers (buffer_reuse.h)
   at::Tensor* slots = nullptr;              // the running spec's values, owned by this frame
   const at::Tensor* const* args = nullptr;  // per user leaf; nullptr for non-tensor leaves (borrowed)
   const at::Tensor* state = nullptr;        // captured module state (borrowed)

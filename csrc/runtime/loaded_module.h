@@ -1,6 +1,7 @@
-// A Specialization Cache Module loaded into the process: the dlopen'd object, its call sites
-// resolved against the dispatcher, and its output trees parsed. Immutable once loaded, so a call in
-// one thread can keep using it while another thread installs its successor.
+// A Specialization Cache Module loaded into the process: the selector's object (the decision
+// program) and one loaded object per specialization (loaded_spec.h). Immutable once assembled, so a
+// call in one thread can keep using it while another thread installs its successor; the successor
+// shares the specs it keeps (their objects, resolved sites and per-site state) and the buffer pool.
 #pragma once
 
 #include <memory>
@@ -9,35 +10,28 @@
 
 #include "codegen/trident_abi.h"
 #include "ir/ir.h"
-#include "runtime/aten_site.h"
 #include "runtime/frame.h"
-#include "runtime/spec_graphs.h"
-#include "runtime/triton_launch.h"
+#include "runtime/loaded_spec.h"
 
 namespace trident::runtime {
 
-struct ModuleLoadError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 class LoadedModule {
  public:
-  // Loads `so_path`; checks the ABI version; resolves every site. The object is never unloaded:
-  // a module is small and a call in flight may still be inside it. `ir`, the module it was built
-  // from, gives each spec's `writes` and `graph off` to its graphs (none given: graphs never start).
-  static std::shared_ptr<LoadedModule> load(const std::string& so_path, const ir::Module* ir = nullptr);
+  // Loads the selector object at `selector_path` over `specs` (in spec order, sharing `reuse`);
+  // checks that the selector chooses among exactly that many.
+  static std::shared_ptr<LoadedModule> assemble(const std::string& selector_path,
+                                                std::vector<std::shared_ptr<LoadedSpec>> specs,
+                                                std::shared_ptr<ReuseState> reuse);
 
-  int32_t select(const trd_call& call) const { return m_->select(&call); }
-  int32_t num_specs() const { return m_->nspecs; }
-  int32_t num_slots(int32_t spec) const { return m_->nslots[spec]; }
-  int32_t num_out_ints(int32_t spec) const { return m_->nout_ints[spec]; }
-  const ir::Operand& output_tree(int32_t spec) const { return outputs_[spec]; }
-  // Call site k is ATen (aten_site(k) valid) or a Triton launch (launch_site(k) valid).
-  bool is_launch(int32_t k) const { return site_index_[k] < 0; }
-  const AtenSite& aten_site(int32_t k) const { return sites_[site_index_[k]]; }
-  const LaunchSite& launch_site(int32_t k) const { return launches_[-site_index_[k] - 1]; }
-  const KernelInfo& kernel(int32_t k) const { return *kernels_[k]; }
-  const std::string& path() const { return path_; }
+  int32_t select(const trd_call& call) const { return selector_->select(&call); }
+  int32_t num_specs() const { return static_cast<int32_t>(specs_.size()); }
+  const LoadedSpec& spec(int32_t k) const { return *specs_[k]; }
+  const std::vector<std::shared_ptr<LoadedSpec>>& specs() const { return specs_; }
+  const std::shared_ptr<ReuseState>& reuse_state() const { return reuse_; }
+  int32_t num_slots(int32_t spec) const { return specs_[spec]->num_slots(); }
+  int32_t num_out_ints(int32_t spec) const { return specs_[spec]->num_out_ints(); }
+  const ir::Operand& output_tree(int32_t spec) const { return specs_[spec]->output_tree(); }
+  const std::string& selector_path() const { return selector_path_; }
 
   // Runs the host program of `spec`. Returns false with f.error set when an op or launch failed.
   bool run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const;
@@ -46,18 +40,8 @@ class LoadedModule {
   // keeps their memory for when the caller lets go of it (buffer_reuse.h).
   void finish_run(bool recycle_outputs) const;
 
-  ReusePool& reuse_pool() const { return reuse_pool_; }
-  // How the bindings run a spec (python/bindings/scm_object.cpp: run_spec): whether its runs have
-  // proved long enough to be worth letting other Python threads in for, and a count of runs that
-  // decides which runs are timed. Read and written only by a thread holding the GIL.
-  struct RunPolicy {
-    uint32_t runs = 0;
-    uint32_t long_in_a_row = 0;  // timed runs past the bindings' threshold, consecutively
-    bool release_gil = false;
-  };
-  RunPolicy& run_policy(int32_t spec) const { return run_policy_[spec]; }
-  // The spec's CUDA graphs (graph mode, spec_graphs.h); used under the SCM's run lock.
-  SpecGraphs& graphs(int32_t spec) const { return *graphs_[spec]; }
+  LoadedSpec::RunPolicy& run_policy(int32_t spec) const { return specs_[spec]->run_policy(); }
+  SpecGraphs& graphs(int32_t spec) const { return specs_[spec]->graphs(); }
   GraphStats graph_stats() const;
   // Each spec that stopped using graphs, with why (explain).
   std::vector<std::pair<int32_t, std::string>> graph_refusals() const;
@@ -77,16 +61,10 @@ class LoadedModule {
   ReplayStats replay_stats() const;
 
  private:
-  std::string path_;
-  const trd_module* m_ = nullptr;
-  std::vector<AtenSite> sites_;
-  std::vector<LaunchSite> launches_;
-  std::vector<int32_t> site_index_;  // >= 0: index into sites_; < 0: -(index into launches_) - 1
-  std::vector<std::unique_ptr<KernelInfo>> kernels_;
-  std::vector<ir::Operand> outputs_;
-  mutable ReusePool reuse_pool_;  // shared by all specs' allocation sites
-  mutable std::vector<RunPolicy> run_policy_;  // per spec, sized at load
-  std::vector<std::unique_ptr<SpecGraphs>> graphs_;  // per spec, made at load
+  std::string selector_path_;
+  const trd_selector* selector_ = nullptr;
+  std::vector<std::shared_ptr<LoadedSpec>> specs_;
+  std::shared_ptr<ReuseState> reuse_;  // shared by all specs' allocation sites
 };
 
 // The function table generated code calls (rt_table.cpp).

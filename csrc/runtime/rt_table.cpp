@@ -22,7 +22,7 @@ Kind kind_of(const c10::Error& e) {
 }
 
 int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
-  const AtenSite& s = f->module->aten_site(site);
+  const AtenSite& s = f->spec->aten_site(site);
   try {
     s.invoke(*f, dyn);
     return 0;
@@ -36,9 +36,9 @@ int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
 }
 
 int rt_launch(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* dyn, const double*) {
-  const LaunchSite& s = f->module->launch_site(site);
+  const LaunchSite& s = f->spec->launch_site(site);
   try {
-    s.launch(*f, f->module->kernel(s.kernel), grid, dyn);
+    s.launch(*f, f->spec->kernel(s.kernel), grid, dyn);
     return 0;
   } catch (const c10::Error& e) {
     f->error = "Triton kernel " + s.name + ": " + e.what_without_backtrace();

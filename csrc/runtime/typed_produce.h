@@ -23,7 +23,7 @@ using P = ArgPlan::Kind;
 template <typename Fresh, typename Into>
 void reuse_or_allocate(const AtenSite& s, trd_frame& f, const ReusePool::Key& key, bool may_reuse,
                        Fresh fresh, Into into) {
-  ReusePool& pool = f.module->reuse_pool();
+  ReusePool& pool = *f.pool;
   may_reuse = may_reuse && f.keeps_buffers;
   if (at::Tensor* kept = may_reuse ? pool.take(s.reuse, key) : nullptr) {
     into(*kept);

@@ -63,7 +63,12 @@ PyObject* py_ir_pass(PyObject*, PyObject* args) {
       return ir::print(m);
     }
     if (pass == "select") return guards::emit_select(m.specs);
-    if (pass == "emit_c") return codegen::emit_module(m).source;
+    if (pass == "emit_c") {  // the selector, then each spec's object, as compiled
+      codegen::EmittedModule e = codegen::emit_module(m);
+      std::string out = e.selector;
+      for (const auto& spec : e.specs) out += spec;
+      return out;
+    }
     throw std::invalid_argument("unknown pass '" + pass + "': expected liveness, select or emit_c");
   });
 }

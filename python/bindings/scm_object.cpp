@@ -15,6 +15,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -48,7 +49,8 @@ struct StateSet {
 struct ScmState {
   ir::Module module;                                  // every specialization, planned
   std::shared_ptr<const runtime::LoadedModule> loaded;  // the module built from `module`
-  codegen::BuiltModule built;
+  codegen::BuiltModule built;                         // the object of the spec added last
+  codegen::BuiltModule built_selector;                // the decision program's object
   std::shared_ptr<const StateSet> state = std::make_shared<const StateSet>();
   uint64_t state_epoch = 0;
   // Runs of this SCM's module, one at a time: its call sites keep per-site state (kept buffers,
@@ -60,7 +62,8 @@ struct ScmState {
   bool reuse_outputs = false;          // trident.compile(reuse_outputs=): recycle returned buffers
   bool graphs = false;                 // trident.compile(graphs=): replay warm runs as CUDA graphs
   uint64_t hits = 0, misses = 0, compiles = 0, fallbacks = 0, cache_loads = 0;
-  double compile_seconds = 0.0;
+  uint64_t spec_objects = 0;  // spec objects built or loaded from the cache: one per add_spec
+  double compile_seconds = 0.0, load_seconds = 0.0;
 };
 
 struct ScmObject {
@@ -186,7 +189,7 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   f.below_autograd = needs_no_autograd(*state, call, flat);
   f.keeps_buffers = !c10::impl::TorchDispatchModeTLS::any_modes_set();
   const bool recycle = st->reuse_outputs;
-  runtime::LoadedModule::RunPolicy& policy = mod.run_policy(spec);
+  runtime::LoadedSpec::RunPolicy& policy = mod.run_policy(spec);
   const uint32_t run_index = policy.runs++;
   const bool timed = !policy.release_gil && (run_index % kTimedEvery == 1 || (run_index > 1 && run_index <= kLongInARow));
   const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
@@ -311,6 +314,22 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
 
 // ---- methods (cold) ----
 
+// Builds `source` (or finds it in the disk cache) and loads the object with `load`. A cached object
+// that passed its checks and still does not load is built again, once, with a warning.
+codegen::BuiltModule build_and_load(const std::string& source, const std::function<void(const std::string&)>& load) {
+  codegen::BuiltModule built = codegen::build_module(source);
+  try {
+    load(built.so_path);
+  } catch (const runtime::ModuleLoadError& e) {
+    if (!built.cache_hit) throw;
+    codegen::add_cache_warning(std::string("trident: the cached module ") + built.so_path + " did not load (" +
+                               e.what() + "); rebuilt it");
+    built = codegen::build_module(source, /*rebuild=*/true);
+    load(built.so_path);
+  }
+  return built;
+}
+
 PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
   auto* self = reinterpret_cast<ScmObject*>(py_self);
   ScmState* st = self->st;
@@ -325,25 +344,34 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     ir::verify(spec);
     planner::insert_releases(spec);
     next.specs.push_back(std::move(spec));
-    codegen::EmittedModule emitted = codegen::emit_module(next);
-    codegen::BuiltModule built;
+    const ir::Spec& added = next.specs.back();
+    // Only the new spec's object and the selector are built; the module that replaces the current
+    // one shares the other specs' loaded objects (and their sites' state) and the buffer pool.
+    const std::string spec_source = codegen::emit_spec(added);
+    const std::string selector_source = codegen::emit_selector(next.specs);
+    std::shared_ptr<const runtime::LoadedModule> current = st->loaded;
+    std::vector<std::shared_ptr<runtime::LoadedSpec>> specs;
+    std::shared_ptr<runtime::ReuseState> reuse = std::make_shared<runtime::ReuseState>();
+    if (current) specs = current->specs(), reuse = current->reuse_state();
+    codegen::BuiltModule built, built_selector;
+    double load_seconds = 0.0;
     std::shared_ptr<runtime::LoadedModule> loaded;
     std::string load_error;
     // Other threads run while the compiler does (the controller's lock keeps misses one at a time;
     // the hot path only reads st->loaded, replaced below with the GIL held).
     Py_BEGIN_ALLOW_THREADS
     try {
-      built = codegen::build_module(emitted.source);
-      try {
-        loaded = runtime::LoadedModule::load(built.so_path, &next);
-      } catch (const runtime::ModuleLoadError& e) {
-        if (!built.cache_hit) throw;
-        // A cached object that passed its checks and still does not load: build it again, once.
-        codegen::add_cache_warning(std::string("trident: the cached module ") + built.so_path +
-                                   " did not load (" + e.what() + "); rebuilt it");
-        built = codegen::build_module(emitted.source, /*rebuild=*/true);
-        loaded = runtime::LoadedModule::load(built.so_path, &next);
-      }
+      std::shared_ptr<runtime::LoadedSpec> loaded_spec;
+      const auto t0 = std::chrono::steady_clock::now();
+      built = build_and_load(spec_source, [&](const std::string& path) {
+        loaded_spec = runtime::LoadedSpec::load(path, added, *reuse);
+      });
+      specs.push_back(std::move(loaded_spec));
+      built_selector = build_and_load(selector_source, [&](const std::string& path) {
+        loaded = runtime::LoadedModule::assemble(path, specs, reuse);
+      });
+      load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
+                     built.compile_seconds - built_selector.compile_seconds;
     } catch (const std::exception& e) {
       load_error = e.what();
       if (load_error.empty()) load_error = "unknown error";
@@ -355,9 +383,12 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     st->module = std::move(next);
     st->loaded = std::move(loaded);
     st->built = built;
+    st->built_selector = built_selector;
     ++st->compiles;
     if (built.cache_hit) ++st->cache_loads;
-    st->compile_seconds += built.compile_seconds;
+    st->compile_seconds += built.compile_seconds + built_selector.compile_seconds;
+    st->load_seconds += std::max(0.0, load_seconds);
+    ++st->spec_objects;
     return PyLong_FromLong(static_cast<long>(st->module.specs.size() - 1));
   } catch (const std::exception& e) {
     set_python_error(e);
@@ -421,11 +452,12 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   if (st->loaded)
     reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats(), replay = st->loaded->replay_stats(),
     graphs = st->loaded->graph_stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:d,s:K,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
                        "misses", (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
                        "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
                        (unsigned long long)st->fallbacks, "module_cache_loads",
                        (unsigned long long)st->cache_loads, "compile_seconds", st->compile_seconds,
+                       "load_seconds", st->load_seconds, "spec_objects", (unsigned long long)st->spec_objects,
                        "reused_buffers", (long long)reuse.holding, "escaped_buffers", (long long)reuse.escaped,
                        "reused_bytes", (long long)reuse.bytes, "recycled_outputs", (long long)reuse.recycled,
                        "cublaslt_gemms", (long long)gemm.native,
@@ -452,6 +484,23 @@ PyObject* scm_graph_refusals(PyObject* py_self, PyObject*) {
   return out;
 }
 
+// spec_runs() -> [int]: how many runs each specialization has made (its loaded object's count, which
+// a module that adds a specialization shares with the one it replaces).
+PyObject* scm_spec_runs(PyObject* py_self, PyObject*) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  const int32_t n = st->loaded ? st->loaded->num_specs() : 0;
+  PyObject* out = PyList_New(n);  // new ref
+  for (int32_t k = 0; out && k < n; ++k) {
+    PyObject* v = PyLong_FromUnsignedLong(st->loaded->run_policy(k).runs);  // new ref, stolen below
+    if (!v) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, k, v);
+  }
+  return out;
+}
+
 // branch_missed() -> bool: the miss this thread handles is a call whose data took a branch no
 // specialization was traced for (the controller captures anew instead of reusing a capture).
 PyObject* scm_branch_missed(PyObject*, PyObject*) { return PyBool_FromLong(t_branch_missed_after >= 0); }
@@ -468,6 +517,11 @@ PyObject* scm_ir(PyObject* py_self, PyObject*) {
 PyObject* scm_paths(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
   return Py_BuildValue("(ss)", st->built.source_path.c_str(), st->built.so_path.c_str());
+}
+
+PyObject* scm_selector_paths(PyObject* py_self, PyObject*) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  return Py_BuildValue("(ss)", st->built_selector.source_path.c_str(), st->built_selector.so_path.c_str());
 }
 
 // explain_call(*args, **kwargs) -> [(spec_id, "" if selected-able else first failing guard)], or a str
@@ -508,10 +562,12 @@ PyMethodDef scm_methods[] = {
     {"clear", scm_clear, METH_NOARGS, "Drop every specialization."},
     {"counters", scm_counters, METH_NOARGS, "hits, misses, compiles, specializations, fallbacks, ..."},
     {"note_fallback", scm_note_fallback, METH_NOARGS, "Count one call the Python layer ran eagerly."},
+    {"spec_runs", scm_spec_runs, METH_NOARGS, "[runs of each specialization]."},
     {"branch_missed", scm_branch_missed, METH_NOARGS, "Whether the miss being handled took an untraced branch."},
     {"graph_refusals", scm_graph_refusals, METH_NOARGS, "[(spec, why)]: specializations not replayed as CUDA graphs."},
     {"ir", scm_ir, METH_NOARGS, "Host IR of every specialization (after planning)."},
-    {"paths", scm_paths, METH_NOARGS, "(generated source path, shared object path)."},
+    {"paths", scm_paths, METH_NOARGS, "(generated source path, shared object path) of the spec added last."},
+    {"selector_paths", scm_selector_paths, METH_NOARGS, "(generated source path, shared object path) of the selector."},
     {"explain_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(scm_explain_call)),
      METH_FASTCALL | METH_KEYWORDS, "For each specialization, the first guard this call fails ('' if none)."},
     {"select", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(scm_select)), METH_FASTCALL | METH_KEYWORDS,

@@ -80,5 +80,9 @@ def counters(compiled) -> dict:
     aten_replay_sites, aten_replayed (sites doing so now: same inputs as the call before, first
     replay bit for bit equal, results not held elsewhere; TRIDENT_ATEN_REPLAY=0 turns it off);
     and with graphs=True: graphs (CUDA graphs held now), graph_captures, graph_replays (calls served
-    by one graph launch)."""
-    return controller(compiled).scm.counters()
+    by one graph launch). Where a miss's time went, summed over misses: capture_seconds
+    (torch.export), lowering_seconds (to host IR, Triton compiles included), compile_seconds (the C
+    compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects
+    built or loaded from the cache, one per specialization added (the others are reused)."""
+    c = controller(compiled)
+    return {**c.scm.counters(), "capture_seconds": c.capture_seconds, "lowering_seconds": c.lowering_seconds}

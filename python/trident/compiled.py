@@ -10,6 +10,7 @@ import re
 import struct
 import sys
 import threading
+import time
 import types
 import warnings
 import weakref
@@ -393,6 +394,8 @@ class CompiledFunction:
         # (structure, symbolic marks, grad mode) whose symbolic capture failed: static from then on
         self._static_only: set = set()
         self._floats_said: set = set()  # names of floats said not to be run-time values (_lower)
+        self.capture_seconds = 0.0   # in torch.export (Dynamo, decompositions), all captures
+        self.lowering_seconds = 0.0  # in the lowering to host IR (Triton kernels' compiles included)
         scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs,
                      graphs=options.graphs)
         self._scm = weakref.ref(scm)
@@ -726,8 +729,12 @@ class CompiledFunction:
         key = capture_key(structure, leaves, marks, torch.is_grad_enabled())
 
         def lowered_from(program):
-            return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
-                         leaf_values, pre_state=pre_state, state_prefix=state_prefix)
+            t0 = time.perf_counter()
+            try:
+                return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
+                             leaf_values, pre_state=pre_state, state_prefix=state_prefix)
+            finally:
+                self.lowering_seconds += time.perf_counter() - t0
 
         # A call whose data took a branch no specialization was traced for is captured anew: the
         # capture of the same key holds the other branch.
@@ -742,7 +749,11 @@ class CompiledFunction:
             log.info("trident: %s: captured program does not fit this call (%s); capturing again", self.name, why)
             del self._captures[key]
         try:
-            ep = self._export(wrapper, ex_args, ex_kwargs, dynamic_shapes)
+            t0 = time.perf_counter()
+            try:
+                ep = self._export(wrapper, ex_args, ex_kwargs, dynamic_shapes)
+            finally:
+                self.capture_seconds += time.perf_counter() - t0
         except UnsupportedError:
             raise
         except Exception as e:  # capture failures name the construct; keep the original as cause

@@ -20,8 +20,11 @@ def explain(compiled, *args, **kwargs) -> str:
     src, so = scm.paths()
     lines = [f"trident: {c.name}",
              "  counters: " + ", ".join(f"{k}={v}" for k, v in n.items()),
-             f"  generated source: {src or '(none yet)'}",
-             f"  module: {so or '(none yet)'}",
+             f"  generated source (the specialization added last): {src or '(none yet)'}",
+             f"  its object: {so or '(none yet)'}",
+             f"  the selector's source: {scm.selector_paths()[0] or '(none yet)'}",
+             "  runs per specialization: " + (", ".join(f"spec {k}: {n}" for k, n in enumerate(scm.spec_runs()))
+                                               or "(none yet)"),
              f"  state tensors: {len(c.state)}"]
     lines += [f"  said once: {why}" for why in c.said]
     for why, sites in _C.cublaslt_replay_refusals():  # process-wide: the sites of every compiled function

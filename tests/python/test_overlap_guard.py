@@ -85,7 +85,7 @@ def test_module_state_extents_are_sorted_into_tables_of_the_generated_module():
     p = buf.data_ptr()
     state = [(READ_STATE, p + 128, 16), (WRITTEN_STATE, p + 32, 8), (READ_STATE, p, 8)]
     scm = _scm(_spec([WRITTEN, STATE_ONLY], state))
-    src = open(scm.paths()[0]).read()
+    src = open(scm.selector_paths()[0]).read()
     assert f"static const int64_t trd_extents_0[] = {{INT64_C({p}), INT64_C({p + 8}), INT64_C({p + 32})" in src
     assert "trd_no_overlap((int64_t[]){" in src and "disjoint" not in src.split("trd_select")[1]
     assert scm.select(buf[4:6], buf[20:30]) == 0         # nothing touches the state

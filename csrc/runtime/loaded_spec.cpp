@@ -1,0 +1,43 @@
+#include "runtime/loaded_spec.h"
+
+#include <dlfcn.h>
+
+#include "ir/text.h"
+
+namespace trident::runtime {
+
+std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const ir::Spec& ir, ReuseState& reuse) {
+  void* h = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw ModuleLoadError(std::string("cannot load module: ") + dlerror());
+  auto entry = reinterpret_cast<trd_spec_entry_fn>(dlsym(h, TRD_SPEC_ENTRY));
+  if (!entry) throw ModuleLoadError(so_path + " has no " TRD_SPEC_ENTRY " entry point");
+  auto spec = std::make_shared<LoadedSpec>();
+  spec->path_ = so_path;
+  spec->m_ = entry();
+  if (spec->m_->abi_version != TRD_ABI_VERSION)
+    throw ModuleLoadError(so_path + " was built for ABI " + std::to_string(spec->m_->abi_version) +
+                          ", this runtime speaks " + std::to_string(TRD_ABI_VERSION));
+  for (int32_t k = 0; k < spec->m_->nkernels; ++k)
+    spec->kernels_.push_back(std::make_unique<KernelInfo>(ir::parse_kernel(spec->m_->kernels[k])));
+  for (int32_t k = 0; k < spec->m_->nsites; ++k) {
+    ir::Instr in = ir::parse_instr(spec->m_->sites[k]);
+    if (in.kind == ir::Instr::Kind::Launch) {
+      if (in.a < 0 || in.a >= static_cast<int64_t>(spec->kernels_.size()))
+        throw ModuleLoadError("site " + std::to_string(k) + " launches an undeclared kernel");
+      spec->launches_.push_back(resolve_launch(in, *spec->kernels_[in.a]));
+      spec->site_index_.push_back(-static_cast<int32_t>(spec->launches_.size()));
+    } else {
+      spec->sites_.push_back(resolve_site(in));
+      spec->site_index_.push_back(static_cast<int32_t>(spec->sites_.size() - 1));
+    }
+  }
+  spec->output_ = ir::parse_operand(spec->m_->output);
+  for (auto& site : spec->sites_)
+    if (site.may_reuse())
+      site.reuse.kind =
+          reuse.kinds.emplace(reuse_signature(site), static_cast<int32_t>(reuse.kinds.size())).first->second;
+  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, ir.graph_off);
+  return spec;
+}
+
+}  // namespace trident::runtime

@@ -1,7 +1,5 @@
 #include "runtime/loaded_module.h"
 
-#include <dlfcn.h>
-
 #include "runtime/op_replay.h"
 
 namespace trident::runtime {
@@ -9,16 +7,10 @@ namespace trident::runtime {
 std::shared_ptr<LoadedModule> LoadedModule::assemble(const std::string& selector_path,
                                                      std::vector<std::shared_ptr<LoadedSpec>> specs,
                                                      std::shared_ptr<ReuseState> reuse) {
-  void* h = dlopen(selector_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) throw ModuleLoadError(std::string("cannot load module: ") + dlerror());
-  auto entry = reinterpret_cast<trd_selector_entry_fn>(dlsym(h, TRD_SELECTOR_ENTRY));
-  if (!entry) throw ModuleLoadError(selector_path + " has no " TRD_SELECTOR_ENTRY " entry point");
   auto mod = std::make_shared<LoadedModule>();
   mod->selector_path_ = selector_path;
-  mod->selector_ = entry();
-  if (mod->selector_->abi_version != TRD_ABI_VERSION)
-    throw ModuleLoadError(selector_path + " was built for ABI " + std::to_string(mod->selector_->abi_version) +
-                          ", this runtime speaks " + std::to_string(TRD_ABI_VERSION));
+  mod->selector_ = reinterpret_cast<trd_selector_entry_fn>(object_entry(selector_path, TRD_SELECTOR_ENTRY))();
+  check_abi(selector_path, mod->selector_->abi_version);
   if (mod->selector_->nspecs != static_cast<int32_t>(specs.size()))
     throw ModuleLoadError(selector_path + " chooses among " + std::to_string(mod->selector_->nspecs) +
                           " specializations, the module has " + std::to_string(specs.size()));

@@ -6,17 +6,25 @@
 
 namespace trident::runtime {
 
-std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const ir::Spec& ir, ReuseState& reuse) {
-  void* h = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+void* object_entry(const std::string& path, const char* symbol) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw ModuleLoadError(std::string("cannot load module: ") + dlerror());
-  auto entry = reinterpret_cast<trd_spec_entry_fn>(dlsym(h, TRD_SPEC_ENTRY));
-  if (!entry) throw ModuleLoadError(so_path + " has no " TRD_SPEC_ENTRY " entry point");
+  void* entry = dlsym(h, symbol);
+  if (!entry) throw ModuleLoadError(path + " has no " + symbol + " entry point");
+  return entry;
+}
+
+void check_abi(const std::string& path, uint32_t version) {
+  if (version != TRD_ABI_VERSION)
+    throw ModuleLoadError(path + " was built for ABI " + std::to_string(version) + ", this runtime speaks " +
+                          std::to_string(TRD_ABI_VERSION));
+}
+
+std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const ir::Spec& ir, ReuseState& reuse) {
   auto spec = std::make_shared<LoadedSpec>();
   spec->path_ = so_path;
-  spec->m_ = entry();
-  if (spec->m_->abi_version != TRD_ABI_VERSION)
-    throw ModuleLoadError(so_path + " was built for ABI " + std::to_string(spec->m_->abi_version) +
-                          ", this runtime speaks " + std::to_string(TRD_ABI_VERSION));
+  spec->m_ = reinterpret_cast<trd_spec_entry_fn>(object_entry(so_path, TRD_SPEC_ENTRY))();
+  check_abi(so_path, spec->m_->abi_version);
   for (int32_t k = 0; k < spec->m_->nkernels; ++k)
     spec->kernels_.push_back(std::make_unique<KernelInfo>(ir::parse_kernel(spec->m_->kernels[k])));
   for (int32_t k = 0; k < spec->m_->nsites; ++k) {

@@ -25,6 +25,12 @@ struct ModuleLoadError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The entry point `symbol` of the object at `path`, dlopen'd for good; throws ModuleLoadError.
+void* object_entry(const std::string& path, const char* symbol);
+
+// Throws ModuleLoadError unless an object at `path` speaks this runtime's ABI.
+void check_abi(const std::string& path, uint32_t version);
+
 // What the specs of one module share for reusing buffers: the pool, and the kinds its allocation
 // sites are sorted into (sites of one kind make the same result from the same key). Lives as long as
 // any module of the spec family: from the first spec to a clear().

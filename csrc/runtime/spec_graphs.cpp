@@ -78,10 +78,12 @@ void SpecGraphs::stop(const std::string& why) {
   graphs_.clear();
 }
 
-bool SpecGraphs::key_of(const Call& c, Key& key, c10::SmallVector<bool, 32>& copied, int* device,
-                        void** stream) const {
+bool SpecGraphs::key_of(const Call& c, Keyed& k) const {
+  if (stopped_) return false;
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   const int dev = impl->getDevice().index();
+  Key& key = k.key;
+  c10::SmallVector<bool, 32>& copied = k.copied;
   key.clear();
   copied.assign(static_cast<size_t>(c.nleaves), false);
   for (int32_t k = 0; k < c.nleaves; ++k) {
@@ -123,8 +125,8 @@ bool SpecGraphs::key_of(const Call& c, Key& key, c10::SmallVector<bool, 32>& cop
   key.push_back(dev);
   key.push_back(reinterpret_cast<int64_t>(st));
   key.push_back(reinterpret_cast<int64_t>(c.state_id.get()));
-  *device = dev;
-  *stream = st;
+  k.device = dev;
+  k.stream = st;
   return true;
 }
 
@@ -162,31 +164,19 @@ bool SpecGraphs::launched(const std::string& error) {
   return false;
 }
 
-bool SpecGraphs::replay(const Call& c, trd_frame& f, int64_t* out_ints) {
-  if (stopped_) return false;
-  Key key;
-  c10::SmallVector<bool, 32> copied;
-  int device = -1;
-  void* stream = nullptr;
-  if (!key_of(c, key, copied, &device, &stream)) return false;
+bool SpecGraphs::replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints) {
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
-    if ((*it)->key != key) continue;
+    if ((*it)->key != k.key) continue;
     graphs_.splice(graphs_.begin(), graphs_, it);  // most recently replayed first
-    return launched(launch(*graphs_.front(), c, f, out_ints, stream));
+    return launched(launch(*graphs_.front(), c, f, out_ints, k.stream));
   }
   return false;
 }
 
-bool SpecGraphs::should_capture(const Call& c) {
-  if (stopped_) return false;
-  Key key;
-  c10::SmallVector<bool, 32> copied;
-  int device = -1;
-  void* stream = nullptr;
-  if (!key_of(c, key, copied, &device, &stream)) return false;
-  auto it = std::find_if(recent_.begin(), recent_.end(), [&](const auto& e) { return e.first == key; });
+bool SpecGraphs::should_capture(const Keyed& k) {
+  auto it = std::find_if(recent_.begin(), recent_.end(), [&](const auto& e) { return e.first == k.key; });
   if (it == recent_.end()) {
-    recent_.emplace_front(std::move(key), 0);
+    recent_.emplace_front(k.key, 0);
     if (recent_.size() > kRecentKeys) recent_.pop_back();
     it = recent_.begin();
   }
@@ -195,15 +185,15 @@ bool SpecGraphs::should_capture(const Call& c) {
   return true;
 }
 
-bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, trd_frame& f, int64_t* out_ints,
-                         int32_t nout_ints) {
+bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, const Keyed& k, trd_frame& f,
+                         int64_t* out_ints, int32_t nout_ints) {
   const auto& d = cuda::driver();
   const PrivatePoolApi* api = private_pool_api();
   if (!api) return stop("no private memory pool API (trident._compat.private_pool_api)"), false;
   auto g = std::make_unique<Graph>();
-  c10::SmallVector<bool, 32> copied;
-  void* stream = nullptr;
-  if (!key_of(c, g->key, copied, &g->device, &stream)) return false;
+  g->key = k.key;
+  g->device = k.device;
+  const c10::SmallVector<bool, 32>& copied = k.copied;
   CUstream side = cuda::private_stream(kGraphStream);
   if (!side) return stop("no private CUDA stream to capture on"), false;
 
@@ -281,7 +271,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, t
   ++captures_;
   graphs_.push_front(std::move(g));
   if (static_cast<int>(graphs_.size()) > kMaxGraphs) graphs_.pop_back();
-  return launched(launch(*graphs_.front(), c, f, out_ints, stream));
+  return launched(launch(*graphs_.front(), c, f, out_ints, k.stream));
 }
 
 }  // namespace trident::runtime

@@ -81,16 +81,26 @@ class SpecGraphs {
   SpecGraphs(const SpecGraphs&) = delete;
   SpecGraphs& operator=(const SpecGraphs&) = delete;
 
-  // Replays a graph of this call's key: the results into f.slots (fresh tensors) and out_ints.
-  // False: no graph for it (the caller runs the program, then after_run()).
-  bool replay(const Call& c, trd_frame& f, int64_t* out_ints);
+  using Key = c10::SmallVector<int64_t, 96>;
+  // A call's key (see Key above), computed once per call.
+  struct Keyed {
+    Key key;
+    c10::SmallVector<bool, 32> copied;  // per leaf: copied into the graph's buffer, not keyed by address
+    int device = -1;
+    void* stream = nullptr;             // the caller's current stream
+  };
+  // The call's key; false: the call may not use graphs (see When).
+  bool key_of(const Call& c, Keyed& k) const;
+  // Replays a graph of this key: the results into f.slots (fresh tensors) and out_ints. False: no
+  // graph for it (the caller runs the program, or captures it).
+  bool replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints);
   // Whether this call, which found no graph, is the one to capture (see When).
-  bool should_capture(const Call& c);
+  bool should_capture(const Keyed& k);
   // Captures the program of `spec` for this call, then replays it for the call's results (in
   // f.slots and out_ints, as replay()). False: nothing captured (graphs may have stopped for the
   // spec, why() says); f is as before the attempt and the caller runs the program.
-  bool capture(const LoadedModule& mod, int32_t spec, const Call& c, trd_frame& f, int64_t* out_ints,
-               int32_t nout_ints);
+  bool capture(const LoadedModule& mod, int32_t spec, const Call& c, const Keyed& k, trd_frame& f,
+               int64_t* out_ints, int32_t nout_ints);
 
   bool stopped() const { return stopped_; }
   const std::string& why() const { return why_; }
@@ -98,9 +108,6 @@ class SpecGraphs {
 
  private:
   struct Graph;
-  using Key = c10::SmallVector<int64_t, 96>;
-  // The call's key and which leaves are copied (false: the call may not use graphs).
-  bool key_of(const Call& c, Key& key, c10::SmallVector<bool, 32>& copied, int* device, void** stream) const;
   // Copies the copied arguments in, launches, copies the results out; the error, or empty.
   std::string launch(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, void* stream);
   bool launched(const std::string& error);  // true on success; else stops graphs with the error

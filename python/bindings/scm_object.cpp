@@ -148,7 +148,6 @@ bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t s
                  const std::shared_ptr<const StateSet>& state, int64_t* out_ints) {
   if (!st.graphs || !f.below_autograd || !f.keeps_buffers) return false;
   runtime::SpecGraphs& graphs = mod.graphs(spec);
-  if (graphs.stopped()) return false;
   runtime::SpecGraphs::Call c;
   c.leaves = flat.leaves.data();
   c.nleaves = static_cast<int32_t>(flat.leaves.size());
@@ -156,8 +155,10 @@ bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t s
   c.state = state->tensors.data();
   c.nstate = static_cast<int32_t>(state->tensors.size());
   c.state_id = state;
-  if (graphs.replay(c, f, out_ints)) return true;
-  return graphs.should_capture(c) && graphs.capture(mod, spec, c, f, out_ints, mod.num_out_ints(spec));
+  runtime::SpecGraphs::Keyed k;
+  if (!graphs.key_of(c, k)) return false;
+  if (graphs.replay(c, k, f, out_ints)) return true;
+  return graphs.should_capture(k) && graphs.capture(mod, spec, c, k, f, out_ints, mod.num_out_ints(spec));
 }
 
 // The specialization this thread's call found its data's branch missing in last (run_spec), while

@@ -421,7 +421,6 @@ def _take_tensor_branch(tx, value, inst):
     when it cannot be taken here (the caller keeps Dynamo's refusal)."""
     from torch._dynamo.utils import get_real_value
     from torch._dynamo.variables import ConstantVariable
-    from torch._dynamo.variables.builder import wrap_fx_proxy  # noqa: F401  (present in 2.11 and 2.13)
     try:
         node = value.as_proxy().node
         fake = node.meta.get("example_value")
@@ -480,7 +479,6 @@ def _install_tensor_branches() -> bool:
     try:
         from torch._dynamo import symbolic_convert as sc
         from torch._dynamo.variables import ConstantVariable
-        from torch._dynamo.variables.tensor import TensorVariable
     except ImportError:
         return False
     base = sc.InstructionTranslatorBase

@@ -27,7 +27,8 @@ def install_for(fn) -> None:
     process; other models are untouched)."""
     owner = getattr(fn, "__self__", None)
     criteria = getattr(type(owner), "_valid_auto_compile_criteria", None) if owner is not None else None
-    if criteria is None or getattr(fn, "__name__", None) != "forward":
+    # the class's forward, whatever its name (Liger's apply_liger_kernel_to_* installs lce_forward)
+    if criteria is None or getattr(fn, "__func__", None) is not getattr(type(owner), "forward", None):
         return
     with _lock:
         for cls in type(owner).__mro__:

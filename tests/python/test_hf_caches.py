@@ -278,3 +278,26 @@ def test_generate_skips_transformers_own_compile_for_a_forward_trident_compiled(
     assert torch.equal(out, model.generate(ids, generation_config=config, cache_implementation="static",
                                            disable_compile=True))
     assert c["fallbacks"] == 0 and c["hits"] >= 2
+
+
+def test_generate_skips_its_compile_also_for_a_forward_of_another_name(monkeypatch):
+    """Liger's apply_liger_kernel_to_* replaces a model class's forward with its `lce_forward`: that
+    forward, compiled by trident, also turns transformers' automatic compile off (its install is
+    undone first, so this test sees trident.compile install it)."""
+    from transformers.generation.utils import GenerationMixin
+    current = GenerationMixin.__dict__["_valid_auto_compile_criteria"]
+    if getattr(current, "_trident_skips_auto_compile", False):
+        monkeypatch.setattr(GenerationMixin, "_valid_auto_compile_criteria", current.__defaults__[-1])
+
+    def lce_forward(self, *args, **kwargs):
+        return transformers.LlamaForCausalLM.forward(self, *args, **kwargs)
+
+    cls = type("LigerLikeLlama", (transformers.LlamaForCausalLM,), {"forward": lce_forward})
+    model = cls(_model("llama").config).eval()
+    config = transformers.GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    config.compile_config = transformers.CompileConfig()
+    config.compile_config._compile_all_devices = True
+    kwargs = {"cache": StaticCache(config=model.config, max_cache_len=16)}
+    assert model._valid_auto_compile_criteria(kwargs, config)
+    model.forward = trident.compile(model.forward)
+    assert not model._valid_auto_compile_criteria(kwargs, config)

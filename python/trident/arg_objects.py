@@ -16,7 +16,7 @@ import enum
 import torch
 import torch.utils._pytree as pytree
 
-from . import _C, _compat
+from . import _compat, object_table
 from .errors import UnsupportedError
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a class statement
@@ -55,7 +55,7 @@ def is_flattened(cls: type) -> bool:
 
 def _register(cls: type) -> None:
     if cls not in _registered:
-        _C.register_object_class(cls)
+        object_table.register_class(cls)
         _registered.add(cls)
 
 
@@ -272,4 +272,4 @@ def constant_text(value, quote, dtype_code) -> str:
         return quote(value)
     if isinstance(value, torch.dtype):
         return f"dtype({dtype_code(value)})"
-    return f"pyref({_C.intern(value)})"
+    return f"pyref({object_table.intern(value)})"

@@ -16,7 +16,7 @@ calls the class with those keyword arguments; an argument object the function re
 `node(K)`, the caller's object itself."""
 from __future__ import annotations
 
-from . import _C, _compat, arg_objects
+from . import _compat, arg_objects, object_table
 from .arg_objects import Node
 from .errors import UnsupportedError
 
@@ -104,7 +104,7 @@ class Trees:
             # calling it with its fields
             parts = [self._value(_MISSING, c, it) for c in kids]
             body = ", ".join(f"{self.quote(k)}: {p[0]}" for k, p in zip(spec.context, parts))
-            return f"object({_C.intern(kind)}) call {{{body}}}", True, f"object({_C.intern(kind)}) call {{{body}}}"
+            return f"object({object_table.intern(kind)}) call {{{body}}}", True, f"object({object_table.intern(kind)}) call {{{body}}}"
         raise UnsupportedError(
             f"output container {kind.__name__} is not supported (use tuple, list or dict; a Hugging "
             "Face model returns a tuple with return_dict=False)")
@@ -129,12 +129,12 @@ class Trees:
             if changed:
                 sets.append((name, text))
         body = lambda pairs: ", ".join(f"{self.quote(k)}: {t}" for k, t in pairs)  # noqa: E731
-        fresh_text = f"object({_C.intern(kind)}) {{{body(fresh)}}}"
+        fresh_text = f"object({object_table.intern(kind)}) {{{body(fresh)}}}"
         if pre is _MISSING:
             node = self.node_of.get(fresh_text)  # an argument object the function returns
             if node is not None:
                 return f"node({node})", False, fresh_text
-            return f"object({_C.intern(kind)}) {{{body(texts)}}}", True, fresh_text
+            return f"object({object_table.intern(kind)}) {{{body(texts)}}}", True, fresh_text
         gone = [n for n in pre.items if n not in names]
         if gone:
             raise UnsupportedError(f"the function deletes attribute {gone[0]!r} of a {kind.__name__} it was given, "

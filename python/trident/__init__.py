@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import os
+
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C, _compat, _state
@@ -14,7 +16,8 @@ from .config import Options, kept_bytes as _kept_bytes
 from .errors import MissPolicyError, TridentError, UnsupportedError
 from .explain import explain
 
-__all__ = ["compile", "warmup", "counters", "explain", "TridentError", "UnsupportedError", "MissPolicyError", "Options"]
+__all__ = ["compile", "warmup", "counters", "explain", "save", "load", "TridentError", "UnsupportedError",
+           "MissPolicyError", "Options"]
 __version__ = "0.1.0"
 
 _kept_bytes()  # a malformed TRIDENT_KEPT_BYTES fails at import, not silently in the native runtime
@@ -27,27 +30,59 @@ _state.install_hooks()
 
 
 def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "compile",
-            dynamic: bool | None = None, reuse_outputs: bool = False, graphs: bool = False):
+            dynamic: bool | None = None, reuse_outputs: bool = False, graphs: bool = False,
+            fullgraph: bool = False):
     """Compile `fn` (a function or nn.Module) into a native callable.
 
     The result is called exactly like `fn`. Each new argument signature (structure, dtypes, devices,
     shapes, strides, Python scalar values, grad mode) is captured once with torch.export and added to
     the function's Specialization Cache Module; every later matching call runs in native code.
     Sizes and ints that vary become symbolic (see trident.Options for `dynamic`, `on_miss`,
-    `max_specializations`, `reuse_outputs` and `graphs`). Usable as a decorator, with or without
-    arguments."""
-    kw = {"on_miss": on_miss, "dynamic": dynamic, "reuse_outputs": reuse_outputs, "graphs": graphs}
+    `max_specializations`, `reuse_outputs`, `graphs` and `fullgraph`). A call that cannot be captured
+    as one program runs split at its graph breaks, each piece native (fullgraph=True raises
+    instead). Usable as a decorator, with or without arguments."""
+    kw = {"on_miss": on_miss, "dynamic": dynamic, "reuse_outputs": reuse_outputs, "graphs": graphs,
+          "fullgraph": fullgraph}
     if max_specializations is not None:
         kw["max_specializations"] = max_specializations
     options = Options(**kw)
     if fn is None:
         return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss, dynamic=dynamic,
-                                 reuse_outputs=reuse_outputs, graphs=graphs)
+                                 reuse_outputs=reuse_outputs, graphs=graphs, fullgraph=fullgraph)
     if not callable(fn):
         raise TypeError(f"trident.compile expects a function or nn.Module, got {type(fn).__name__}")
     from .transformers_generate import install_for
     install_for(fn)  # a transformers model's forward: its generate() skips its own torch.compile
     return CompiledFunction(fn, options).detach()
+
+
+def save(compiled, path) -> None:
+    """Write the specializations `compiled` holds to `path`, for trident.load in another process
+    (artifacts.py says what is kept and how it is checked). Raises ValueError when there is nothing
+    a file can hold (no specialization yet, or a program that names an object no file can)."""
+    from . import artifacts
+    try:
+        data = artifacts.build(controller(compiled))
+    except artifacts.ArtifactRejected as e:
+        raise ValueError(f"trident.save: {e}") from None
+    artifacts.write(data, os.fspath(path))
+
+
+def load(path, fn, **options):
+    """trident.compile(fn, **options) with the specializations saved at `path` (trident.save)
+    installed, without capturing them. A file that does not fit (another version of the code,
+    the state, torch, Triton or the GPU; truncated or altered; missing) is said once and the
+    function captures as compile's would: counters' artifacts_rejected says so."""
+    from . import artifacts
+    fast = compile(fn, **options)
+    ctl = controller(fast)
+    with ctl.lock:
+        try:
+            header, blobs = artifacts.read(os.fspath(path))
+            ctl.install_saved(header, blobs, os.fspath(path))
+        except artifacts.ArtifactRejected as e:
+            ctl._reject_artifact(os.fspath(path), e)
+    return fast
 
 
 def warmup(compiled, *args, **kwargs):
@@ -85,4 +120,8 @@ def counters(compiled) -> dict:
     compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects
     built or loaded from the cache, one per specialization added (the others are reused)."""
     c = controller(compiled)
-    return {**c.scm.counters(), "capture_seconds": c.capture_seconds, "lowering_seconds": c.lowering_seconds}
+    split = c._split_route.counters() if c._split_route is not None else \
+        {"split_calls": 0, "split_pieces": 0, "split_piece_hits": 0, "split_piece_fallbacks": 0}
+    return {**c.scm.counters(), "capture_seconds": c.capture_seconds, "lowering_seconds": c.lowering_seconds,
+            "captures": c.captures, "artifact_loads": c.artifact_loads, "artifacts_rejected": c.artifacts_rejected,
+            **split}

@@ -124,6 +124,17 @@ class GraphFunction(CompiledFunction):
         self.signature = None
         self.module = None
 
+    def _artifact_path(self):
+        return None  # Dynamo recompiles the graph in a new process; nothing to keep
+
+    def _on_unsupported(self, error, key, args, kwargs):
+        """A graph the lowering cannot take runs as AOTAutograd made it (eager ATen), said once;
+        calls with the same capture key do so from then on without trying again. (Dynamo already
+        split the function: there is nothing left to split.)"""
+        why = f"{str(error).strip().splitlines()[0][:400]}; this graph runs eagerly"
+        self._eager_keys[key] = why
+        return self._fallback(args, kwargs, why)
+
     def _lower(self, args, kwargs, structure, leaves):
         leaf_of_input = [i if isinstance(a, torch.Tensor) else (i,) if type(a) is int else None
                          for i, a in enumerate(args)]
@@ -135,8 +146,11 @@ def _needs_autograd(example_inputs) -> bool:
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
 
 
-def trident_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None):
-    """The Dynamo backend. `options` takes the keyword arguments of trident.compile."""
+def trident_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None,
+                    sink: list | None = None):
+    """The Dynamo backend. `options` takes the keyword arguments of trident.compile; `sink`, where
+    given, also receives a weak reference to each graph's controller (a split trident.compile's
+    pieces, graph_breaks.py)."""
     global _autograd_logged
     opts = Options(**(options or {}))
     if _needs_autograd(example_inputs):
@@ -152,6 +166,8 @@ def trident_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
     def fw_compiler(fw_gm: fx.GraphModule, fw_inputs):
         ctl = GraphFunction(fw_gm, opts, f"graph {len(GRAPHS)}")
         GRAPHS.append(weakref.ref(ctl))
+        if sink is not None:
+            sink.append(GRAPHS[-1])
         scm = ctl.detach()
 
         def run(*args):

@@ -142,6 +142,20 @@ def _capture_reason(e: Exception) -> str:
     return f"{kind}: {text} (in {op}; the call would fail the same way eagerly)"
 
 
+def _capture_where(e: Exception) -> str:
+    """'File "model.py", line 40, in forward: code: ' for the user's frame a Dynamo failure stopped
+    in (its innermost frame outside torch and trident), to put before anything internal; empty when
+    the exception carries no stack."""
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    for frame in reversed(list(getattr(e, "real_stack", None) or ())):
+        path = os.path.abspath(frame.filename)
+        if path.startswith((torch_dir + os.sep, _PACKAGE_DIR + os.sep)):
+            continue
+        code = (frame.line or "").strip()
+        return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}' + (f": {code}" if code else "") + ": "
+    return ""
+
+
 def _raised_by_user_code(e: Exception) -> bool:
     """Whether a capture failure is the traced code's own exception rather than something Dynamo or
     the lowering cannot take: Dynamo's "Observed exception" (the user's `raise`, an IndexError of a
@@ -341,16 +355,31 @@ def _module_layout(module) -> tuple | None:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+_DYNAMO_DIR = os.path.dirname(os.path.abspath(torch._dynamo.__file__))
+
+
 def _caller_stacklevel() -> int:
-    """warnings.warn's stacklevel, called from here, of the first frame outside this package."""
+    """warnings.warn's stacklevel, called from here, of the first frame outside this package and
+    Dynamo's wrapper around the miss callback (_outside_dynamo)."""
     def inside(frame) -> bool:
         d = os.path.dirname(os.path.abspath(frame.f_code.co_filename))
-        return d == _PACKAGE_DIR or d.startswith(_PACKAGE_DIR + os.sep)
+        return any(d == p or d.startswith(p + os.sep) for p in (_PACKAGE_DIR, _DYNAMO_DIR))
 
     frame, level = sys._getframe(1), 1
     while frame is not None and inside(frame):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _outside_dynamo(method):
+    """`method` (a controller's callback the native module calls) run with Dynamo's frame evaluation
+    off. A trident-compiled function called inside a torch.compile region (transformers' generate()
+    wraps the model's __call__ in one) is a builtin to Dynamo, which runs it as is; on a miss its
+    callback would otherwise be traced as user code, with the capture inside the trace. `__self__`
+    stays the controller (trident.controller)."""
+    wrapper = torch._dynamo.disable(method, recursive=True)
+    wrapper.__self__ = method.__self__
+    return wrapper
 
 
 class CompiledFunction:
@@ -391,13 +420,25 @@ class CompiledFunction:
         # capture_key (no symbolic marks) -> why calls like it run eagerly: their capture stopped on
         # an exception eager did not raise (CaptureRaisedError)
         self._eager_keys: dict[tuple, str] = {}
+        # capture_key -> why calls like it run split at graph breaks (graph_breaks.SplitRoute, made at
+        # the first such call)
+        self._split_keys: dict[tuple, str] = {}
+        self._split_route = None
+        # Saved specializations (artifacts.py): what each installed spec was made of, in order; the
+        # cache file's path (False: not yet computed); whether the first miss looked for one.
+        self.installed: list[dict] = []
+        self._auto_path = False
+        self._auto_tried = False
+        self.artifact_loads = 0
+        self.captures = 0  # torch.export runs (a saved specialization installs without one)
+        self.artifacts_rejected = 0
         # (structure, symbolic marks, grad mode) whose symbolic capture failed: static from then on
         self._static_only: set = set()
         self._floats_said: set = set()  # names of floats said not to be run-time values (_lower)
         self.capture_seconds = 0.0   # in torch.export (Dynamo, decompositions), all captures
         self.lowering_seconds = 0.0  # in the lowering to host IR (Triton kernels' compiles included)
-        scm = _C.SCM(self._on_miss, self._on_state_change, reuse_outputs=options.reuse_outputs,
-                     graphs=options.graphs)
+        scm = _C.SCM(_outside_dynamo(self._on_miss), _outside_dynamo(self._on_state_change),
+                     reuse_outputs=options.reuse_outputs, graphs=options.graphs)
         self._scm = weakref.ref(scm)
         self._held = scm  # until detach()
 
@@ -424,6 +465,11 @@ class CompiledFunction:
                 return self._fallback(args, kwargs, f"{leaves}; running the original function eagerly")
             if self.scm.select(*args, **kwargs) >= 0:
                 return NotImplemented  # another thread compiled it while we waited for the lock
+            if not self._auto_tried:
+                self._auto_tried = True
+                self._load_automatic()
+                if self.scm.select(*args, **kwargs) >= 0:
+                    return NotImplemented  # a saved specialization serves it
             margs, mkwargs, values = _mark_leaves(args, kwargs)
             pairs = tuple(aliasing.overlapping_pairs(values))
             # Export merges an argument that is a parameter or buffer with it: capture from a copy.
@@ -432,7 +478,10 @@ class CompiledFunction:
                 (structure, pairs, in_state, capture_key(structure, leaves, set(), torch.is_grad_enabled()))
             if (pairs or in_state) and overlap_key in self._overlap_eager:
                 return self._fallback(args, kwargs, self._overlap_eager[overlap_key])
-            eager_why = self._eager_keys.get(capture_key(structure, leaves, set(), torch.is_grad_enabled()))
+            key = capture_key(structure, leaves, set(), torch.is_grad_enabled())
+            if key in self._split_keys:
+                return self._split(args, kwargs)
+            eager_why = self._eager_keys.get(key)
             if eager_why is not None:
                 return self._fallback(args, kwargs, eager_why)
             reasons = self.scm.explain_call(*args, **kwargs)
@@ -455,7 +504,27 @@ class CompiledFunction:
                 self._eager_keys[capture_key(structure, leaves, set(), torch.is_grad_enabled())] = why
                 self._warn_fallback(why)
                 return result
+            except UnsupportedError as e:
+                return self._on_unsupported(e, key, args, kwargs)
             return NotImplemented if why is None else self._fallback(args, kwargs, why)
+
+    def _on_unsupported(self, error: UnsupportedError, key: tuple, args, kwargs):
+        """A call that cannot be captured whole: with fullgraph=True the error is the caller's;
+        otherwise calls with this capture key run split at the graph breaks (graph_breaks.py), said
+        once, the error's first line (the user's file and line first) saying where."""
+        if self.options.fullgraph:
+            raise error
+        from .graph_breaks import SplitRoute
+        if self._split_route is None:
+            self._split_route = SplitRoute(self.fn, self.options)
+        first = str(error).strip().splitlines()[0][:400]
+        self._split_keys[key] = first
+        self._warn_once(f"{first.replace(f'{self.name}: capture failed', 'capture failed', 1)}; calls like this run split there, as torch.compile splits them: the pieces "
+                        "before and after run natively, Python between them (fullgraph=True raises instead)")
+        return self._split(args, kwargs)
+
+    def _split(self, args, kwargs):
+        return self._split_route(args, kwargs)
 
     def _compile_any(self, args, kwargs, margs, mkwargs, structure, leaves, pairs, in_state, overlap_key):
         if pairs or in_state:
@@ -584,11 +653,103 @@ class CompiledFunction:
                 "writes overlaps nothing else it reads, so calls like this run the original function eagerly")
 
     def _install(self, lowered):
-        self._pins_state = self._pins_state or bool((lowered.written or lowered.state_written) and lowered.state)
+        self._add_spec(lowered.text, sorted(lowered.written), sorted(lowered.state_written), lowered.ops,
+                       [tuple(str(x) for x in n) for n in lowered.kernel_notes], bool(lowered.state))
+        self._save_automatic()
+
+    def _add_spec(self, text: str, written: list, state_written: list, ops: list, kernel_notes: list,
+                  reads_state: bool):
+        """Adds one specialization (a capture's, or a saved one: artifacts.py) to the module."""
+        self._pins_state = self._pins_state or bool((written or state_written) and reads_state)
         self.scm.set_state([r.tensor for r in self.state])
-        self.scm.add_spec(lowered.text)
-        self.last_ops.append(lowered.ops)
-        self.kernels.extend(lowered.kernel_notes)
+        self.scm.add_spec(text)
+        self.installed.append({"text": text, "written": list(written), "state_written": list(state_written),
+                               "ops": list(ops), "kernel_notes": [list(n) for n in kernel_notes],
+                               "reads_state": reads_state})
+        self.last_ops.append(ops)
+        self.kernels.extend(tuple(n) for n in kernel_notes)
+
+    # ---- saved specializations (artifacts.py) ----------------------------------------------------
+    def _artifact_path(self) -> str | None:
+        """Where this function's specializations are kept in the cache directory (None: not kept)."""
+        if self._auto_path is False:
+            from . import artifacts
+            self._auto_path = artifacts.automatic_path(self)
+        return self._auto_path
+
+    def _save_automatic(self):
+        path = self._artifact_path()
+        if path is None:
+            return
+        from . import artifacts
+        try:
+            artifacts.write(artifacts.build(self), path)
+        except (artifacts.ArtifactRejected, OSError) as e:
+            log.info("trident: %s: specializations not kept in the cache directory: %s", self.name, e)
+
+    def _load_automatic(self):
+        """At the first miss: the specializations another process kept for this function, if any."""
+        path = self._artifact_path()
+        if path is None or not os.path.exists(path):
+            return
+        from . import artifacts
+        try:
+            header, blobs = artifacts.read(path, trusted_cache=True)
+            if header.get("pid") == os.getpid():
+                return  # written by this process: its own specializations are its functions' own
+            self.install_saved(header, blobs, path)
+        except artifacts.ArtifactRejected as e:
+            self._reject_artifact(path, e)
+
+    def _reject_artifact(self, path: str, why) -> None:
+        self.artifacts_rejected += 1
+        log.warning("trident: %s: saved specializations %s not used (%s); capturing again", self.name, path, why)
+
+    def install_saved(self, header: dict, blobs: list, path: str) -> None:
+        """Installs the specializations of a checked file (artifacts.read); ArtifactRejected, with
+        nothing installed, when it is not this function's."""
+        from . import artifacts
+        artifacts.check(header, self)
+        if self.installed or self.state:
+            raise artifacts.ArtifactRejected("this function already holds specializations")
+        try:
+            if self.module is None and self._state_owner is None and \
+                    any(s["kind"] != "constant" for s in header["state"]):
+                self._state_owner = _function_module(self.fn, 0, [])
+            for k, entry in enumerate(header["state"]):
+                if entry["kind"] == "constant":
+                    ref = StateRef("constant", entry["target"], artifacts.constant(entry, blobs[entry["blob"]]))
+                else:
+                    ref = StateRef(entry["kind"], entry["target"], None)
+                if self._state_index(ref) != k:
+                    raise artifacts.ArtifactRejected(f"state {entry['target']} is listed twice")
+            if artifacts.state_signature(self.state) != header["state_signature"]:
+                raise artifacts.ArtifactRejected("the module state's names, dtypes, shapes or devices changed")
+            for spec, text in zip(header["specs"], artifacts.texts(header, blobs, self.state)):
+                self._add_spec(text, spec["written"], spec["state_written"], spec["ops"], spec["kernel_notes"],
+                               spec["reads_state"])
+        except (AttributeError, KeyError, ImportError, ValueError, RuntimeError, TypeError) as e:
+            self._forget_specs()
+            raise artifacts.ArtifactRejected(f"{type(e).__name__}: {e}") from None
+        except artifacts.ArtifactRejected:
+            self._forget_specs()
+            raise
+        self._layout = _module_layout(self.module)
+        self.artifact_loads += 1
+        log.info("trident: %s: %d specializations installed from %s", self.name, len(header["specs"]), path)
+
+    def _forget_specs(self):
+        """Drops every specialization and what they read (a module state change, a rejected file)."""
+        self.scm.clear()
+        self.state.clear()
+        self._state_keys.clear()
+        self._captures.clear()
+        self.installed.clear()
+        self._layout = None
+        self._pins_state = False
+        self._overlap_eager.clear()
+        self._eager_keys.clear()
+        self.scm.set_state([])
 
     def _dynamic_marks(self, structure: str, leaves: list[dict], float_leaves: set) -> set:
         """Which sizes, ints and floats to capture symbolically for this call (see Options.dynamic).
@@ -754,12 +915,13 @@ class CompiledFunction:
                 ep = self._export(wrapper, ex_args, ex_kwargs, dynamic_shapes)
             finally:
                 self.capture_seconds += time.perf_counter() - t0
+                self.captures += 1
         except UnsupportedError:
             raise
         except Exception as e:  # capture failures name the construct; keep the original as cause
             error = CaptureRaisedError if _raised_by_user_code(e) else UnsupportedError
             raise error(
-                f"{self.name}: capture failed, so this call cannot be compiled: {_capture_reason(e)}"
+                f"{_capture_where(e)}{self.name}: capture failed, so this call cannot be compiled: {_capture_reason(e)}"
                 f"{_capture_hint(e)}") from e
         n_user = sum(1 for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT")
         if n_user != len(leaf_of_input):
@@ -843,12 +1005,5 @@ class CompiledFunction:
             if invalid:
                 log.info("trident: %s: module state changed; dropping %d specializations",
                          self.name, self.scm.counters()["specializations"])
-                self.scm.clear()
-                self.state.clear()
-                self._state_keys.clear()
-                self._captures.clear()
-                self._layout = None
-                self._pins_state = False
-                self._overlap_eager.clear()
-                self._eager_keys.clear()
+                self._forget_specs()
             self.scm.set_state([r.tensor for r in self.state])

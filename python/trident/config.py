@@ -22,6 +22,8 @@ from dataclasses import dataclass
 #   step's wall time was 11-18 µs longer, in the gaps between launches, and its host saving did not
 #   repeat in every run: benchmarks/NOTES.md, sessions 15-16); read once, by the native runtime, when
 #   its first module is loaded.
+# TRIDENT_ARTIFACTS: "0" stops compiled functions from keeping their specializations in the cache
+#   directory and installing another process's from there (artifacts.py); trident.save/load still work.
 # TRIDENT_KEPT_BYTES: how many bytes of intermediate buffers one compiled module may keep from one
 #   call to the next (csrc/runtime/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
 #   every allocation site allocates on every call, as eager does: less memory held between and
@@ -70,12 +72,17 @@ class Options:
         specialization. A specialization whose program cannot be captured (it computes on the CPU,
         synchronizes with the host, or returns memory an argument shares) runs as without graphs;
         trident.explain says why.
+    fullgraph: False (default): a call that cannot be captured as one program (a call into an opaque
+        extension, a construct the lowering cannot take) runs split where torch.compile splits it,
+        each piece native, Python between them, said once (graph_breaks.py); True: such a call
+        raises UnsupportedError naming the user's line, as torch.compile(fullgraph=True) does.
     """
     max_specializations: int = int(os.environ.get("TRIDENT_MAX_SPECIALIZATIONS", "64"))
     on_miss: str = "compile"
     dynamic: bool | None = None
     reuse_outputs: bool = False
     graphs: bool = False
+    fullgraph: bool = False
 
     def __post_init__(self):
         if self.on_miss not in ON_MISS_POLICIES:
@@ -86,6 +93,8 @@ class Options:
             raise ValueError(f"reuse_outputs must be True or False, got {self.reuse_outputs!r}")
         if type(self.graphs) is not bool:
             raise ValueError(f"graphs must be True or False, got {self.graphs!r}")
+        if type(self.fullgraph) is not bool:
+            raise ValueError(f"fullgraph must be True or False, got {self.fullgraph!r}")
         if type(self.max_specializations) is not int or self.max_specializations < 1:  # not a bool
             raise ValueError(f"max_specializations must be a positive int, got {self.max_specializations!r}")
 

@@ -1,6 +1,10 @@
 """trident.explain: what a compiled function holds and, for given arguments, what it would do."""
 from __future__ import annotations
 
+import re
+
+import torch
+
 
 def explain(compiled, *args, **kwargs) -> str:
     """A report: counters, the generated source, every specialization with its guards and program.
@@ -25,7 +29,11 @@ def explain(compiled, *args, **kwargs) -> str:
              f"  the selector's source: {scm.selector_paths()[0] or '(none yet)'}",
              "  runs per specialization: " + (", ".join(f"spec {k}: {n}" for k, n in enumerate(scm.spec_runs()))
                                                or "(none yet)"),
-             f"  state tensors: {len(c.state)}"]
+             f"  state tensors: {len(c.state)}",
+             f"  captures: {c.captures}; saved specializations: {c.artifact_loads} files installed, "
+             f"{c.artifacts_rejected} rejected (artifacts.py)"]
+    if c._split_route is not None:
+        lines.append("  calls split at graph breaks: " + ", ".join(f"{k}={v}" for k, v in c._split_route.counters().items()))
     lines += [f"  said once: {why}" for why in c.said]
     for why, sites in _C.cublaslt_replay_refusals():  # process-wide: the sites of every compiled function
         lines.append(f"  cuBLASLt sites not replaying ({sites} in this process): {why}")
@@ -44,6 +52,43 @@ def explain(compiled, *args, **kwargs) -> str:
                 lines.append(f"    spec {i}: {'all guards hold' if not why else 'fails ' + why}")
     for name, cfg, grid, key in c.kernels:
         lines.append(f"  triton kernel {name}: grid {grid}, autotune choice {cfg}, specialization {key}")
-    lines.append("  specializations (host IR):")
-    lines += ["    " + line for line in scm.ir().splitlines()]
+    lines.append("  specializations (host IR; guards on codes say what the code means after #):")
+    lines += ["    " + readable(line) for line in scm.ir().splitlines()]
     return "\n".join(lines)
+
+
+_CODED_GUARD = re.compile(r"^\s*guard L\d+\.(kind|dtype|device_type|keyset|flags) == (-?\d+)$")
+_KINDS = {0: "None", 1: "tensor", 2: "int", 3: "float", 4: "bool"}
+
+
+def readable(line: str) -> str:
+    """A guard line whose right side is a code (leaf kind, dtype, device type, dispatch keys,
+    flags), with what the code means appended as a comment; any other line as it is."""
+    m = _CODED_GUARD.match(line)
+    if not m:
+        return line
+    field, v = m.group(1), int(m.group(2))
+    if field == "kind":
+        text = _KINDS.get(v)
+    elif field == "dtype":
+        text = _dtype_names().get(v)
+    elif field == "device_type":
+        from .aliasing import DEVICE_TYPE_CODES
+        text = {c: n for n, c in DEVICE_TYPE_CODES.items()}.get(v)
+    elif field == "keyset":
+        text = str(torch._C.DispatchKeySet.from_raw_repr(v)) if hasattr(torch._C, "DispatchKeySet") else None
+    else:
+        text = "requires_grad" if v & 1 else "does not require grad"
+    return f"{line}  # {text}" if text else line
+
+
+_DTYPE_NAMES: dict[int, str] = {}
+
+
+def _dtype_names() -> dict[int, str]:
+    if not _DTYPE_NAMES:
+        from .lower import dtype_code
+        for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                  torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128):
+            _DTYPE_NAMES[dtype_code(d)] = str(d).replace("torch.", "")
+    return _DTYPE_NAMES

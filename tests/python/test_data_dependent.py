@@ -172,9 +172,20 @@ def branch_after_an_in_place_write(x):
 
 
 def test_a_branch_on_a_tensor_written_before_it_says_so():
-    fast = trident.compile(branch_after_an_in_place_write)
+    fast = trident.compile(branch_after_an_in_place_write, fullgraph=True)
     with pytest.raises(trident.UnsupportedError, match="Data-dependent branching"):
         fast(torch.ones(3))
+
+
+def test_a_branch_on_a_tensor_written_before_it_runs_split_each_way():
+    fast = trident.compile(branch_after_an_in_place_write)
+    for v in (1.0, -5.0, 2.0, -3.0):
+        x, y = torch.full((3,), v), torch.full((3,), v)
+        torch.testing.assert_close(fast(x), branch_after_an_in_place_write(y), rtol=0, atol=0)
+        torch.testing.assert_close(x, y, rtol=0, atol=0)  # the in-place write landed
+    c = trident.counters(fast)
+    assert (c["split_calls"], c["fallbacks"], c["split_piece_fallbacks"]) == (4, 0, 0), c
+    assert c["split_piece_hits"] > 0, c
 
 
 def branch_on_an_item(x):

@@ -90,7 +90,7 @@ def _cond(x):
 def test_a_construct_the_lowering_cannot_take_is_named_by_the_users_line_first():
     """UnsupportedError's message starts with the user's file, line and code, then says what the
     lowering cannot take (here: torch.cond's branch subgraphs)."""
-    fast = trident.compile(_cond)
+    fast = trident.compile(_cond, fullgraph=True)
     with pytest.raises(trident.UnsupportedError) as info:
         fast(torch.ones(3))
     msg = str(info.value)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 import trident
 from corpus import assert_tree_close, clone_tree
 
-KEYS = ("hits", "misses", "compiles", "specializations", "fallbacks")
-HIT = {"hits": 1, "misses": 0, "compiles": 0, "specializations": 0, "fallbacks": 0}
+KEYS = ("hits", "misses", "compiles", "specializations", "fallbacks", "split_calls")
+HIT = {"hits": 1, "misses": 0, "compiles": 0, "specializations": 0, "fallbacks": 0, "split_calls": 0}
 
 TridentError = trident.TridentError
 UNSUPPORTED_ERRORS = (TridentError, NotImplementedError, dynamo_exc.Unsupported, dynamo_exc.UserError)
@@ -265,8 +265,8 @@ FALLBACK_WARNING_RE = r"eager|fall.?back|falling back|unsupported|not supported"
 
 
 def _call_unsupported(fast, fn, args, pattern):
-    """Returns 'raised' or 'fallback' after checking the behaviour is one of
-    the accepted ones."""
+    """Returns 'raised', 'split' (run split at its graph breaks, graph_breaks.py) or 'fallback' after
+    checking the behaviour is one of the accepted ones."""
     expected = fn(*clone_tree(args))
     before = snap(fast)
     with warnings.catch_warnings(record=True) as caught:
@@ -279,8 +279,13 @@ def _call_unsupported(fast, fn, args, pattern):
             return "raised"
     assert_tree_close(actual, expected, 1e-6, 1e-6, path="fallback result")
     d = delta(snap(fast), before)
-    assert d["fallbacks"] == 1 and d["hits"] == 0, f"eager fallback not counted: {d}"
     texts = [str(w.message) for w in caught]
+    if d["split_calls"] == 1:
+        assert d["hits"] == 0 and d["fallbacks"] == 0, d
+        said = set(fast.on_miss.__self__.said)
+        assert any(re.search(pattern, t, re.I) and "run split there" in t for t in said), said
+        return "split"
+    assert d["fallbacks"] == 1 and d["hits"] == 0, f"eager fallback not counted: {d}"
     assert any(re.search(FALLBACK_WARNING_RE + "|" + pattern, t, re.I) for t in texts), (
         f"eager fallback without a warning that says so; warnings: {texts}"
     )

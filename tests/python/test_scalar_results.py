@@ -37,6 +37,16 @@ def test_unread_number_result_is_dropped_and_the_tensor_result_is_used():
 
 
 def test_read_number_result_is_refused_at_compile_time():
-    fast = trident.compile(uses_the_count)
+    fast = trident.compile(uses_the_count, fullgraph=True)
     with pytest.raises(trident.UnsupportedError, match="returns a non-tensor value"):
         fast(torch.randn(5, 3))
+
+
+def test_read_number_result_runs_split_without_fullgraph():
+    fast = trident.compile(uses_the_count)
+    x = torch.randn(5, 3)
+    with pytest.warns(RuntimeWarning, match="returns a non-tensor value.*run split there"):
+        torch.testing.assert_close(fast(x), uses_the_count(x))
+    torch.testing.assert_close(fast(x), uses_the_count(x))
+    c = trident.counters(fast)
+    assert (c["split_calls"], c["specializations"]) == (2, 0), c

@@ -156,9 +156,14 @@ def test_state_reached_only_in_another_python_module_is_a_clear_error(monkeypatc
     library.model = _mlp()
     exec("def library_step(x):\n    return model(x)\n", library.__dict__)
     library_step = library.library_step
-    fast = trident.compile(lambda x: library_step(x) * 2)
+    fast = trident.compile(lambda x: library_step(x) * 2, fullgraph=True)
     with torch.no_grad(), pytest.raises(trident.UnsupportedError, match="reached outside any module"):
         fast(torch.randn(3, 8))
+    split = trident.compile(lambda x: library_step(x) * 2)  # without fullgraph: as torch.compile runs it
+    x = torch.randn(3, 8)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="reached outside any module"):
+        torch.testing.assert_close(split(x), library.model(x) * 2)
+    assert trident.counters(split)["split_calls"] == 1
 
 
 def test_bound_method_follows_a_reassigned_parameter():

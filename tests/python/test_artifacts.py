@@ -1,0 +1,195 @@
+"""Saved specializations (python/trident/artifacts.py): trident.save / trident.load, and the cache
+directory's copy a new process installs at its first miss, with zero captures; every reason a file
+is not used ends in a clean capture, counted, never a crash or a wrong result."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import trident
+from trident import artifacts
+
+torch.manual_seed(0)
+MODEL = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+
+
+def step(x, scale: float):
+    return MODEL(x) * scale + torch.arange(4.0)  # a folded constant, a run-time float
+
+
+def _counts(fast):
+    c = trident.counters(fast)
+    return {k: c[k] for k in ("hits", "misses", "captures", "specializations", "artifact_loads",
+                              "artifacts_rejected", "fallbacks")}
+
+
+def _saved(tmp_path):
+    fast = trident.compile(step)
+    with torch.no_grad():
+        for n, s in ((3, 1.0), (3, 2.0), (5, 1.5)):
+            fast(torch.randn(n, 8), s)
+    path = tmp_path / "step.trd"
+    trident.save(fast, path)
+    return path, trident.counters(fast)["specializations"]
+
+
+def test_load_installs_the_saved_specializations_without_a_capture(tmp_path):
+    path, n = _saved(tmp_path)
+    fast = trident.load(path, step)
+    with torch.no_grad():
+        for rows in (3, 5, 7):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(fast(x, 0.5), step(x, 0.5), rtol=0, atol=0)
+    c = _counts(fast)
+    assert (c["captures"], c["artifact_loads"], c["specializations"], c["misses"], c["hits"]) == (0, 1, n, 0, 3), c
+
+
+def test_save_without_a_specialization_says_so(tmp_path):
+    with pytest.raises(ValueError, match="no specialization"):
+        trident.save(trident.compile(step), tmp_path / "none.trd")
+
+
+def _other_step(x, scale: float):
+    return MODEL(x) * scale - 1.0
+
+
+def _rejected(path, fn=step, **kw):
+    fast = trident.load(path, fn, **kw)
+    with torch.no_grad():
+        x = torch.randn(3, 8)
+        torch.testing.assert_close(fast(x, 2.0), fn(x, 2.0), rtol=0, atol=0)
+    c = _counts(fast)
+    assert (c["artifacts_rejected"], c["artifact_loads"], c["captures"]) == (1, 0, 1), c
+
+
+def test_another_functions_code_is_rejected(tmp_path):
+    path, _ = _saved(tmp_path)
+    _rejected(path, _other_step)
+
+
+def test_changed_parameter_shape_is_rejected(tmp_path, monkeypatch):
+    path, _ = _saved(tmp_path)
+    monkeypatch.setitem(MODEL._modules, "2", torch.nn.Linear(16, 4, bias=False))
+    _rejected(path)
+
+
+def test_other_torch_version_is_rejected(tmp_path, monkeypatch):
+    path, _ = _saved(tmp_path)
+    real = artifacts._versions
+    monkeypatch.setattr(artifacts, "_versions", lambda: {**real(), "torch": "0.0.1"})
+    _rejected(path)
+
+
+def test_other_options_are_rejected(tmp_path):
+    path, _ = _saved(tmp_path)
+    _rejected(path, reuse_outputs=True)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "flipped", "directory", "unreadable", "missing"])
+def test_a_damaged_file_is_rejected_cleanly(tmp_path, damage):
+    path, _ = _saved(tmp_path)
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(os.urandom(len(data)))
+    elif damage == "flipped":
+        path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    elif damage == "directory":
+        path.unlink()
+        path.mkdir()
+    elif damage == "unreadable":
+        path.unlink()
+        os.symlink(path, path)  # a link to itself: opening it fails (ELOOP), also for root
+    else:
+        path.unlink()
+    _rejected(path)
+
+
+_CHILD = textwrap.dedent("""
+    import sys, torch, trident, transformers, warnings
+    warnings.filterwarnings("ignore")
+    from transformers import StaticCache
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    llm = transformers.LlamaForCausalLM(cfg).eval().requires_grad_(False)
+
+    def function(x):
+        return mlp(x).softmax(-1)
+
+    def decode(ids, cache):
+        return llm(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    fast_fn, fast_module, fast_decode = trident.compile(function), trident.compile(mlp), trident.compile(decode)
+    with torch.no_grad():
+        for n in (3, 5, 5):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(fast_fn(x), function(x), rtol=0, atol=0)
+            torch.testing.assert_close(fast_module(x), mlp(x), rtol=0, atol=0)
+        ids = torch.randint(1, 128, (1, 5), generator=torch.Generator().manual_seed(1))
+        mine, ref = StaticCache(config=cfg, max_cache_len=16), StaticCache(config=cfg, max_cache_len=16)
+        for _ in range(4):
+            got, want = fast_decode(ids, mine), decode(ids, ref)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            ids = want[:, -1:].argmax(-1)
+    for f in (fast_fn, fast_module, fast_decode):
+        c = trident.counters(f)
+        print(c["captures"], c["artifact_loads"], c["artifacts_rejected"], c["fallbacks"])
+""")
+
+
+def _run_child(script, cache_dir):
+    env = {**os.environ, "TRIDENT_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1"}
+    env.pop("TRIDENT_ARTIFACTS", None)
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [tuple(int(v) for v in line.split()) for line in out.stdout.strip().splitlines()]
+
+
+def test_a_second_process_needs_no_capture(tmp_path):
+    """A function, a module and a tiny HF decoder over StaticCache: the first process captures, the
+    second installs every specialization from the cache directory (zero captures) and matches eager."""
+    pytest.importorskip("transformers")
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    first = _run_child(script, tmp_path / "cache")
+    assert all(c[0] >= 2 and c[1] == 0 for c in first), first
+    second = _run_child(script, tmp_path / "cache")
+    assert second == [(0, 1, 0, 0)] * 3, second
+
+
+def test_two_processes_saving_at_once_leave_a_file_a_third_loads(tmp_path):
+    pytest.importorskip("transformers")
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    env = {**os.environ, "TRIDENT_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+    assert not [f for f in os.listdir(tmp_path / "cache" / "artifacts") if f.endswith(".tmp")]
+    assert _run_child(script, tmp_path / "cache") == [(0, 1, 0, 0)] * 3
+
+
+def test_the_warm_start_benchmark_runs_on_the_cpu(tmp_path):
+    """benchmarks/warm_start.py's driver on a small Llama: the warm process captures nothing."""
+    pytest.importorskip("transformers")
+    import json
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "warm_start.py")
+    dims = json.dumps({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 128})
+    run = subprocess.run([sys.executable, script, "--model", "llama-1b", "--device", "cpu", "--layers", "2",
+                          "--dims", dims, "--modes", "trident-cold,trident-warm", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    cold, warm = json.loads((tmp_path / "llama-1b.json").read_text())
+    assert (cold["captures"], cold["artifact_loads"]) == (2, 0), cold
+    assert (warm["captures"], warm["artifact_loads"], warm["specializations"]) == (0, 1, 2), warm
+    assert cold["max_abs_err"] == 0 and warm["max_abs_err"] == 0, (cold, warm)

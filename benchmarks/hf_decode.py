@@ -54,12 +54,13 @@ MODELS = {
 }
 
 
-def build(name: str, layers: int | None, liger: bool):
+def build(name: str, layers: int | None, liger: bool, device: str = "cuda", dims: dict | None = None):
     import transformers
     spec = MODELS[name]
     cfg_kw = dict(spec["cfg"])
     if layers:
         cfg_kw["num_hidden_layers"] = layers
+    cfg_kw.update(dims or {})  # a smaller model of the same kind (warm_start.py's CPU check)
     config = getattr(transformers, spec["cls"] + "Config")(**cfg_kw)
     config._attn_implementation = "sdpa"
     if liger:
@@ -72,7 +73,7 @@ def build(name: str, layers: int | None, liger: bool):
             apply()
     cls = getattr(transformers, spec["cls"] + "ForCausalLM")
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(device):
         model = cls(config).to(torch.bfloat16)
     if liger:
         # Liger patches the module classes before construction; the instance check says it took.
@@ -189,36 +190,49 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
     if profile_dir is not None:
         profile_step(fn, model, prompt, max_len, profile_dir / f"profile-{mode}.txt", log, mode)
     log(f"{mode}: {dt * 1e3:.3f} ms/step, first call to end {time.perf_counter() - t0:.1f} s, counters {counters}")
-    return toks, dt, counters
+    return toks, dt, counters, None
 
 
 def run_generate(mode, model, prompt, steps, max_len, log):
     """generate() with the static cache: eager (transformers' automatic torch.compile off), transformers'
     own automatic compile (generate-hf-compile), or model.forward compiled by trident (which turns
-    the automatic compile off for that model)."""
+    the automatic compile off for that model). Each call of generate() makes a new StaticCache, so
+    graph mode captures each call's decode graph anew; the warm-up generates the longest output
+    first (later calls keep that cache length: no new specialization). Reported: ms per new token
+    of the longer call, prefill included, and the split of generate()'s time into a per-call cost
+    and a per-token cost, from two lengths."""
     trident_mode = mode.startswith("generate-trident")
     if trident_mode:
         import trident
-    kw = dict(max_new_tokens=steps + 3, min_new_tokens=steps + 3, do_sample=False, cache_implementation="static",
-              pad_token_id=0, disable_compile=mode == "generate-eager")
+    short, long = steps + 3, 2 * (steps + 3)
+    kw = dict(do_sample=False, cache_implementation="static", pad_token_id=0,
+              disable_compile=mode == "generate-eager")
     eager_forward = model.forward
     counters = None
+
+    def timed(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, **kw)
+        torch.cuda.synchronize()
+        return out, time.perf_counter() - t0
+
     try:
         if trident_mode:
             model.forward = trident.compile(eager_forward, graphs=mode == "generate-trident-graphs")
         with torch.no_grad():
-            model.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up (compiles)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = model.generate(prompt, **kw)
-            torch.cuda.synchronize()
-            dt = (time.perf_counter() - t0) / (steps + 3)
+            timed(long)  # warm-up (compiles)
+            _, t_short = timed(short)
+            out, t_long = timed(long)
         if trident_mode:
             counters = trident.counters(model.forward)
     finally:
         model.forward = eager_forward
-    log(f"{mode}: {dt * 1e3:.3f} ms/token (prefill included), counters {counters}")
-    return out[:, prompt.shape[1]:].cpu(), dt, counters
+    per_token = (t_long - t_short) / (long - short)
+    per_call = t_long - long * per_token
+    log(f"{mode}: {t_long / long * 1e3:.3f} ms/token over {long} tokens (prefill included); per token "
+        f"{per_token * 1e3:.3f} ms, per call {per_call * 1e3:.1f} ms; counters {counters}")
+    return out[:, prompt.shape[1]:].cpu(), t_long / long, counters, per_token
 
 
 def main():
@@ -252,8 +266,8 @@ def main():
     ref = None
     for mode in args.modes.split(","):
         try:
-            toks, dt, counters = run_mode(mode, model, prompt, args.steps, max_len, log,
-                                          out if args.profile else None)
+            toks, dt, counters, per_token = run_mode(mode, model, prompt, args.steps, max_len, log,
+                                                     out if args.profile else None)
         except Exception as e:  # noqa: BLE001  (a mode that fails is reported, the others still run)
             log(f"{mode}: FAILED {type(e).__name__}: {str(e)[:400]}")
             results[mode] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
@@ -264,17 +278,21 @@ def main():
         same = int((toks[:, :n] == ref[:, :n]).all(0).long().cumprod(0).sum()) if ref is not None else 0
         results[mode] = {"ms": dt * 1e3, "tok_s": args.batch / dt, "same_tokens": f"{same}/{n}",
                          "counters": counters}
+        if per_token is not None:
+            results[mode]["per_token_ms"] = per_token * 1e3
     results["floor"] = {"ms": fl * 1e3}
     (out / f"{args.model}-b{args.batch}.json").write_text(json.dumps(results, indent=1))
     eager = results.get("eager", {}).get("ms")
     log(f"\n{args.model} ({model.config.num_hidden_layers} layers) batch {args.batch}, liger={args.liger}")
-    log(f"{'mode':<18}{'ms/step':>9}{'tok/s':>9}{'x eager':>9}{'x floor':>9}  same tokens")
+    log(f"{'mode':<24}{'ms/step':>9}{'tok/s':>9}{'x eager':>9}{'x floor':>9}  same tokens  (generate: ms per "
+        "token over the longer output, prefill included; per-token cost)")
     for mode, r in results.items():
         if "ms" not in r:
-            log(f"{mode:<18} {r['error'][:80]}")
+            log(f"{mode:<24} {r['error'][:80]}")
             continue
-        log(f"{mode:<18}{r['ms']:>9.3f}{args.batch / r['ms'] * 1e3:>9.1f}"
-            f"{(eager / r['ms'] if eager else 0):>9.2f}{r['ms'] / (fl * 1e3):>9.2f}  {r.get('same_tokens', '')}")
+        extra = f"  per token {r['per_token_ms']:.3f} ms" if "per_token_ms" in r else ""
+        log(f"{mode:<24}{r['ms']:>9.3f}{args.batch / r['ms'] * 1e3:>9.1f}"
+            f"{(eager / r['ms'] if eager else 0):>9.2f}{r['ms'] / (fl * 1e3):>9.2f}  {r.get('same_tokens', '')}{extra}")
 
 
 if __name__ == "__main__":

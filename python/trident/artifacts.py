@@ -40,6 +40,7 @@ import torch
 from . import _C, object_table
 
 MAGIC = b"TRIDENT-SPECS\n"
+MAX_HASHED_ELEMENTS = 1 << 16  # a tensor the code reads outside module state, hashed by value up to this
 FORMAT = 1
 _CUBIN_PATH = re.compile(r'"([^"\\]*\.cubin)"')
 _OBJECT_NUMBER = re.compile(r"\b(pyref|object)\((\d+)\)")
@@ -113,12 +114,42 @@ def code_fingerprint(fn) -> str:
             return
         add_code(code)
         g = getattr(f, "__globals__", {})
-        for name in sorted(_global_names(code)):
-            v = g.get(name)
+        values = [(name, g.get(name)) for name in sorted(_global_names(code))]
+        for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
+            try:
+                values.append((name, cell.cell_contents))
+            except ValueError:  # an empty cell
+                values.append((name, None))
+        for name, v in values:
+            h.update(name.encode())
             if isinstance(v, types.FunctionType) and v.__module__ == f.__module__ and depth < 4:
                 add_function(v, depth + 1)
-            elif _plain(v):
-                h.update(f"{name}={v!r}".encode())
+            else:
+                add_value(v)
+
+    def add_value(v):
+        """A value the code reads: what of it a capture may have baked in."""
+        if _plain(v):
+            h.update(repr(v).encode())
+        elif isinstance(v, torch.nn.Module):
+            add_module(v)
+        elif isinstance(v, torch.Tensor):
+            if v.numel() > MAX_HASHED_ELEMENTS:
+                raise ArtifactRejected("the function reads a large tensor that is not module state")
+            h.update(repr((v.dtype, tuple(v.shape), str(v.device))).encode())
+            h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)) or callable(v):
+            h.update(repr(getattr(v, "__qualname__", getattr(v, "__name__", type(v).__name__))).encode())
+        else:
+            h.update(repr(type(v)).encode())
+            if hasattr(v, "to_dict"):
+                try:
+                    h.update(json.dumps(v.to_dict(), sort_keys=True, default=repr).encode())
+                except (TypeError, ValueError):
+                    pass
+            for k, x in sorted(getattr(v, "__dict__", {}).items()):
+                if _plain(x):
+                    h.update(f"{k}={x!r}".encode())
 
     def add_class(cls):
         for c in cls.__mro__:
@@ -205,7 +236,10 @@ def _placeholders(text: str, state_extents: dict, objects: dict, cubins: dict, f
         return f'"@cubin:{digest}"'
 
     def number(n: int, as_class: bool) -> int:
-        obj = object_table.object_of(n)
+        try:
+            obj = object_table.object_of(n)
+        except KeyError:
+            raise ArtifactRejected(f"the program names object {n}, which this process did not number") from None
         entry = _object_entry(obj)
         key = json.dumps(entry, sort_keys=True)
         if key not in objects:

@@ -684,8 +684,9 @@ class CompiledFunction:
         from . import artifacts
         try:
             artifacts.write(artifacts.build(self), path)
-        except (artifacts.ArtifactRejected, OSError) as e:
-            log.info("trident: %s: specializations not kept in the cache directory: %s", self.name, e)
+        except Exception as e:  # noqa: BLE001  (keeping them is best effort: the call itself succeeded)
+            log.info("trident: %s: specializations not kept in the cache directory: %s: %s", self.name,
+                     type(e).__name__, e)
 
     def _load_automatic(self):
         """At the first miss: the specializations another process kept for this function, if any."""

@@ -193,3 +193,24 @@ def test_the_warm_start_benchmark_runs_on_the_cpu(tmp_path):
     assert (cold["captures"], cold["artifact_loads"]) == (2, 0), cold
     assert (warm["captures"], warm["artifact_loads"], warm["specializations"]) == (0, 1, 2), warm
     assert cold["max_abs_err"] == 0 and warm["max_abs_err"] == 0, (cold, warm)
+
+
+def _scaled_by(k, table):
+    return lambda x: x * k + table
+
+
+def test_a_closure_value_or_tensor_of_another_value_is_rejected(tmp_path):
+    """Values the code reads outside module state (an int baked into the program, a small tensor
+    lifted as a constant) are part of the fingerprint: the same code over other values is rejected."""
+    x = torch.randn(4)
+    saved = trident.compile(_scaled_by(2, torch.ones(4)))
+    saved(x)
+    trident.save(saved, tmp_path / "k.trd")
+    same = trident.load(tmp_path / "k.trd", _scaled_by(2, torch.ones(4)))
+    torch.testing.assert_close(same(x), x * 2 + 1, rtol=0, atol=0)
+    assert (trident.counters(same)["artifact_loads"], trident.counters(same)["captures"]) == (1, 0)
+    for fn in (_scaled_by(3, torch.ones(4)), _scaled_by(2, torch.zeros(4))):
+        other = trident.load(tmp_path / "k.trd", fn)
+        torch.testing.assert_close(other(x), fn(x), rtol=0, atol=0)
+        c = trident.counters(other)
+        assert (c["artifacts_rejected"], c["captures"]) == (1, 1), c

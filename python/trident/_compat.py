@@ -41,8 +41,9 @@ def treespec_num_leaves(spec: pytree.TreeSpec) -> int:
 
 
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
-                   dynamic_shapes=None) -> "torch.export.ExportedProgram":
-    """Dynamo-based capture to a functional ATen graph (torch.export, strict mode)."""
+                   dynamic_shapes=None, strict: bool = True) -> "torch.export.ExportedProgram":
+    """Capture to a functional ATen graph: torch.export, strict (Dynamo) unless told otherwise
+    (non-strict runs the Python itself: library_launches.py)."""
     installed, prev = [], getattr(_capture, "installed", None)
     _capture.installed = installed
     try:
@@ -56,7 +57,11 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
             warnings.filterwarnings(
                 "ignore", message=r".*side effects happened.*\[\"G\['__import_transformers_dot_utils_dot_output_"
                 r"capturing'\]\._active_collector\"\]$", category=UserWarning)
-            ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
+            # Where strict export stops at a C function, Dynamo warns before it raises; trident's
+            # error or its traced-Python route (library_launches.py) says what happened instead.
+            warnings.filterwarnings("ignore", message=r"Dynamo does not know how to trace the builtin",
+                                    category=UserWarning)
+            ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
             return ep.run_decompositions(_capture_decompositions())
     finally:
         _capture.installed = prev

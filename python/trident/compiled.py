@@ -142,18 +142,36 @@ def _capture_reason(e: Exception) -> str:
     return f"{kind}: {text} (in {op}; the call would fail the same way eagerly)"
 
 
-def _capture_where(e: Exception) -> str:
-    """'File "model.py", line 40, in forward: code: ' for the user's frame a Dynamo failure stopped
-    in (its innermost frame outside torch and trident), to put before anything internal; empty when
-    the exception carries no stack."""
+def _stop_frame(e: Exception):
+    """The frame a Dynamo failure stopped in: its innermost frame outside torch and trident; None
+    when the exception carries no stack."""
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     for frame in reversed(list(getattr(e, "real_stack", None) or ())):
         path = os.path.abspath(frame.filename)
-        if path.startswith((torch_dir + os.sep, _PACKAGE_DIR + os.sep)):
-            continue
-        code = (frame.line or "").strip()
-        return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}' + (f": {code}" if code else "") + ": "
+        if not path.startswith((torch_dir + os.sep, _PACKAGE_DIR + os.sep)):
+            return frame
+    return None
+
+
+def _capture_where_traced(e: Exception) -> str:
+    """'File "lib.py", line 9, in op: ' for the innermost frame outside torch and trident of an
+    exception raised while the traced-Python route ran the function; empty when there is none."""
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    import traceback
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not os.path.abspath(frame.filename).startswith((torch_dir + os.sep, _PACKAGE_DIR + os.sep)):
+            return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}: '
     return ""
+
+
+def _capture_where(e: Exception) -> str:
+    """'File "model.py", line 40, in forward: code: ' for the user's frame a Dynamo failure stopped
+    in (_stop_frame), to put before anything internal; empty when the exception carries no stack."""
+    frame = _stop_frame(e)
+    if frame is None:
+        return ""
+    code = (frame.line or "").strip()
+    return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}' + (f": {code}" if code else "") + ": "
 
 
 def _raised_by_user_code(e: Exception) -> bool:
@@ -654,18 +672,19 @@ class CompiledFunction:
 
     def _install(self, lowered):
         self._add_spec(lowered.text, sorted(lowered.written), sorted(lowered.state_written), lowered.ops,
-                       [tuple(str(x) for x in n) for n in lowered.kernel_notes], bool(lowered.state))
+                       [tuple(str(x) for x in n) for n in lowered.kernel_notes], bool(lowered.state),
+                       lowered.route)
         self._save_automatic()
 
     def _add_spec(self, text: str, written: list, state_written: list, ops: list, kernel_notes: list,
-                  reads_state: bool):
+                  reads_state: bool, route: str = ""):
         """Adds one specialization (a capture's, or a saved one: artifacts.py) to the module."""
         self._pins_state = self._pins_state or bool((written or state_written) and reads_state)
         self.scm.set_state([r.tensor for r in self.state])
         self.scm.add_spec(text)
         self.installed.append({"text": text, "written": list(written), "state_written": list(state_written),
                                "ops": list(ops), "kernel_notes": [list(n) for n in kernel_notes],
-                               "reads_state": reads_state})
+                               "reads_state": reads_state, "route": route})
         self.last_ops.append(ops)
         self.kernels.extend(tuple(n) for n in kernel_notes)
 
@@ -728,7 +747,7 @@ class CompiledFunction:
                 raise artifacts.ArtifactRejected("the module state's names, dtypes, shapes or devices changed")
             for spec, text in zip(header["specs"], artifacts.texts(header, blobs, self.state)):
                 self._add_spec(text, spec["written"], spec["state_written"], spec["ops"], spec["kernel_notes"],
-                               spec["reads_state"])
+                               spec["reads_state"], spec.get("route", ""))
         except (AttributeError, KeyError, ImportError, ValueError, RuntimeError, TypeError) as e:
             self._forget_specs()
             raise artifacts.ArtifactRejected(f"{type(e).__name__}: {e}") from None
@@ -893,8 +912,10 @@ class CompiledFunction:
         def lowered_from(program):
             t0 = time.perf_counter()
             try:
-                return lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
-                             leaf_values, pre_state=pre_state, state_prefix=state_prefix)
+                lowered = lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
+                                leaf_values, pre_state=pre_state, state_prefix=state_prefix)
+                lowered.route = getattr(program, "_trident_route", "")
+                return lowered
             finally:
                 self.lowering_seconds += time.perf_counter() - t0
 
@@ -910,20 +931,28 @@ class CompiledFunction:
             # The program's own shape assumptions exclude this call: capture it again.
             log.info("trident: %s: captured program does not fit this call (%s); capturing again", self.name, why)
             del self._captures[key]
+        t0 = time.perf_counter()
         try:
-            t0 = time.perf_counter()
-            try:
-                ep = self._export(wrapper, ex_args, ex_kwargs, dynamic_shapes)
-            finally:
-                self.capture_seconds += time.perf_counter() - t0
-                self.captures += 1
+            ep = self._export(wrapper, ex_args, ex_kwargs, dynamic_shapes)
+            ep._trident_route = "Dynamo (strict export)"
         except UnsupportedError:
             raise
         except Exception as e:  # capture failures name the construct; keep the original as cause
-            error = CaptureRaisedError if _raised_by_user_code(e) else UnsupportedError
-            raise error(
-                f"{_capture_where(e)}{self.name}: capture failed, so this call cannot be compiled: {_capture_reason(e)}"
-                f"{_capture_hint(e)}") from e
+            user_error = _raised_by_user_code(e)
+            # An exception Dynamo observed inside a library may be the fake tensors' (a data_ptr()
+            # read): the library's Python, run by the second route, raises it again if it is real.
+            traced = None if self._stopped_in_own_file(e) else \
+                self._export_traced(wrapper, ex_args, ex_kwargs, dynamic_shapes, e)
+            if not isinstance(traced, torch.export.ExportedProgram):
+                error = CaptureRaisedError if user_error else UnsupportedError
+                also = f"; the traced-Python route failed too: {traced}" if traced else ""
+                raise error(
+                    f"{_capture_where(e)}{self.name}: capture failed, so this call cannot be compiled: "
+                    f"{_capture_reason(e)}{_capture_hint(e)}{also}") from e
+            ep = traced
+        finally:
+            self.capture_seconds += time.perf_counter() - t0
+            self.captures += 1
         n_user = sum(1 for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT")
         if n_user != len(leaf_of_input):
             raise UnsupportedError(
@@ -940,7 +969,40 @@ class CompiledFunction:
         self._captures[key] = ep
         return lowered
 
-    def _export(self, wrapper, args, kwargs, dynamic_shapes):
+    def _stopped_in_own_file(self, e: Exception) -> bool:
+        """Whether Dynamo stopped in the compiled function's own source file (or the module's).
+        There the construct is the user's (a print, Python's random, a branch on a value), which
+        must run on every call: the call is split there (graph_breaks.py), as torch.compile splits
+        it. Elsewhere it is a library's, taken by the traced-Python route (_export_traced)."""
+        frame = _stop_frame(e)
+        if frame is None:
+            return True
+        target = self.module.forward if self.module is not None else self.fn
+        try:
+            own = inspect.getsourcefile(inspect.unwrap(getattr(target, "__func__", target)))
+        except TypeError:
+            return True
+        return own is not None and os.path.abspath(frame.filename) == os.path.abspath(own)
+
+    def _export_traced(self, wrapper, args, kwargs, dynamic_shapes, strict_error: Exception):
+        """The second route (library_launches.py): non-strict export, which runs the function's
+        Python itself once, on fake tensors, with library Triton launches made recordable. Taken
+        where Dynamo stopped in a library's code (_stopped_in_own_file). What that Python does besides tensor ops and launches (caching
+        generated code, logging) happens at capture, not per call. None when this route fails too
+        (then the caller reports Dynamo's error, which names the construct)."""
+        from . import library_launches
+        try:
+            with library_launches.traceable() as launchers:
+                ep = self._export(wrapper, args, kwargs, dynamic_shapes, strict=False)
+        except Exception as e:
+            return f"{_capture_where_traced(e)}{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+        via = ", ".join(f"{n} x{k}" for n, k in sorted(launchers.items()))
+        where = _capture_where(strict_error).rstrip(": ")
+        ep._trident_route = ("Python traced by non-strict export, where Dynamo stopped"
+                       + (f" ({where})" if where else "") + (f"; Triton launches via {via}" if via else ""))
+        return ep
+
+    def _export(self, wrapper, args, kwargs, dynamic_shapes, strict: bool = True):
         """export_program; where the result holds an object of a class not yet a pytree node (a
         DynamicCache the model made itself, returned in its ModelOutput), that class is admitted
         (arg_objects.classes_named) and the capture tried again, a few classes at most."""
@@ -948,7 +1010,7 @@ class CompiledFunction:
         while True:
             try:
                 with arg_objects.as_pytree_nodes(extra):
-                    return _compat.export_program(wrapper, args, kwargs, dynamic_shapes)
+                    return _compat.export_program(wrapper, args, kwargs, dynamic_shapes, strict=strict)
             except AssertionError as e:
                 m = re.search(r"unrecognized type UserDefinedObjectVariable\((\w+)\) at output", str(e))
                 found = [c for c in arg_objects.classes_named(m.group(1)) if c not in extra] if m else []

@@ -50,6 +50,8 @@ def explain(compiled, *args, **kwargs) -> str:
         else:
             for i, why in reasons:
                 lines.append(f"    spec {i}: {'all guards hold' if not why else 'fails ' + why}")
+    for k, spec in enumerate(c.installed):
+        lines.append(f"  spec {k} captured by: {spec.get('route') or 'unknown'}")
     for name, cfg, grid, key in c.kernels:
         lines.append(f"  triton kernel {name}: grid {grid}, autotune choice {cfg}, specialization {key}")
     lines.append("  specializations (host IR; guards on codes say what the code means after #):")

@@ -113,6 +113,7 @@ class Lowered:
     kernel_notes: list[tuple] = field(default_factory=list)
     written: set = field(default_factory=set)  # user tensor leaves the program writes
     state_written: set = field(default_factory=set)  # names of the buffers the program writes
+    route: str = ""           # how the program was captured (explain): Dynamo, or traced Python
 
 
 def _user_line(node) -> str:

@@ -1,0 +1,114 @@
+"""The paper's kernel table: each FlagGems operator (benchmarks/flaggems_cases.py) at LLM decode
+and prefill shapes, called as its users call it, under eager (FlagGems' own launchers),
+torch.compile default, cpp_wrapper, torch.compile(backend="trident") and trident.compile.
+
+Per case and mode: cold, the first call of a fresh compile (capture and compiles included; eager's
+first call after the library's kernels are compiled), and warm, host µs per call over a loop
+(timing.host_us_per_call, synced every 100 calls), with the device floor (a CUDA graph of eager's
+call replayed) beside them. Every mode's result is checked against eager's in the same run.
+
+    python benchmarks/flaggems_ops.py [--shapes decode|all] [--modes eager,compile,...] [--ops add,mm]
+        [--torch-compile-shapes decode|all] [--out DIR]
+
+Prints one table last: warm µs per mode, trident's speedup over eager and over the best
+torch.compile mode."""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flaggems_cases  # noqa: E402
+import modes  # noqa: E402
+import timing  # noqa: E402
+
+TORCH_MODES = ("compile", "cpp_wrapper", "trident_backend")
+
+
+def _tol(kind):
+    return 0.0 if kind in ("pointwise", "data") else 2e-2
+
+
+def run_case(name, kind, make, tokens, hidden, mode_list):
+    fn, args = make(tokens, hidden, "cuda")
+    ref = fn(*args)  # FlagGems compiles its kernels here
+    timing.sync()
+    row = {"op": name, "kind": kind, "shape": [tokens, hidden], "modes": {}}
+    try:
+        row["floor_us"] = round(timing.graph_replay_us(lambda: fn(*args))[0], 2)
+    except Exception as e:  # noqa: BLE001  (a library launch that refuses stream capture)
+        row["floor_us"], row["floor_error"] = None, modes.first_line(f"{type(e).__name__}: {e}")
+    for mode in mode_list:
+        modes.reset(mode)
+        entry = row["modes"][mode] = {}
+        try:
+            f = modes.build(mode, fn)
+            t0 = time.perf_counter()
+            out = f(*args)
+            timing.sync()
+            entry["cold_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
+            entry["check"] = modes.check(f(*args), ref, _tol(kind))
+            entry["warm_us"] = round(timing.host_us_per_call(f, args, calls=200, repeats=3, warmup=20)[0], 2)
+            entry["status"] = modes.OK if entry["check"]["ok"] else modes.FAILED
+            if mode.startswith("trident"):
+                entry["counters"] = {k: v for k, v in modes.trident_counters(mode, f).items()
+                                     if k in ("captures", "hits", "fallbacks", "specializations", "split_calls")}
+            if mode == "trident":
+                import trident
+                entry["said"] = [line[:600] for line in trident.controller(f).said]
+            del out
+        except Exception as e:  # noqa: BLE001
+            entry["status"], entry["error"] = modes.classify(mode, e)
+            entry["error"] = modes.first_line(entry["error"])
+    return row
+
+
+def table(rows, mode_list):
+    heads = ["op", "shape"] + [modes.LABELS[m] for m in mode_list] + ["floor", "x eager", "x best compile"]
+    lines = [" | ".join(heads), " | ".join("---" for _ in heads)]
+    for r in rows:
+        cells = [r["op"], "x".join(map(str, r["shape"]))]
+        for m in mode_list:
+            e = r["modes"].get(m, {})
+            cells.append(f"{e['warm_us']:.1f}" if e.get("status") == modes.OK else e.get("status", "-"))
+        cells.append(f"{r['floor_us']:.1f}" if r.get("floor_us") else "-")
+        tri = r["modes"].get("trident", {})
+        eager = r["modes"].get("eager", {})
+        best = [r["modes"][m]["warm_us"] for m in ("compile", "cpp_wrapper") if r["modes"].get(m, {}).get("status") == modes.OK]
+        ok = tri.get("status") == modes.OK
+        cells.append(f"{eager['warm_us'] / tri['warm_us']:.1f}x" if ok and eager.get("status") == modes.OK else "-")
+        cells.append(f"{min(best) / tri['warm_us']:.1f}x" if ok and best else "-")
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="all", choices=("decode", "all"))
+    ap.add_argument("--torch-compile-shapes", default="all", choices=("decode", "all"),
+                    help="shapes torch.compile's modes run at (they compile for seconds per case)")
+    ap.add_argument("--modes", default="eager,compile,cpp_wrapper,trident_backend,trident")
+    ap.add_argument("--ops", default="")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/flaggems_ops"))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    mode_list = a.modes.split(",")
+    cases = [c for c in flaggems_cases.make_cases() if not a.ops or c[0] in a.ops.split(",")]
+    shapes = [s for s in flaggems_cases.SHAPES if a.shapes == "all" or s[0] in flaggems_cases.DECODE_TOKENS]
+    rows = []
+    for tokens, hidden in shapes:
+        decode = tokens in flaggems_cases.DECODE_TOKENS
+        these = [m for m in mode_list if decode or a.torch_compile_shapes == "all" or m not in TORCH_MODES]
+        for name, kind, make in cases:
+            rows.append(run_case(name, kind, make, tokens, hidden, these))
+            with open(os.path.join(a.out, "flaggems_ops.json"), "w") as f:
+                json.dump({"meta": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}, "rows": rows}, f, indent=1)
+            print(json.dumps(rows[-1]), flush=True)
+    print(table(rows, mode_list))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Triton launches inside Python that Dynamo cannot trace: the second capture route.
+
+Third-party Triton libraries reach their kernels through their own launchers and generated code
+(FlagGems: a `triton.KernelInterface` subclass with its own kernel cache, `LibEntry`; wrappers it
+generates, writes to files and imports at run time; `StridedBuffer`s that stand for tensors with
+another shape or offset). Strict export (Dynamo) stops there. The second route is non-strict
+export: torch runs the function's Python itself, on fake tensors, and records the ATen calls it
+makes. While it does, `traceable()` makes the Triton launches recordable too:
+
+  - `kernel[grid](...)` on any `KernelInterface` becomes the launch node Dynamo would have made
+    (torch's `triton_kernel_wrapper` higher-order op, through its `TraceableTritonKernelWrapper`),
+    for the kernel Triton would run: a launcher that is none of Triton's own classes is taken to
+    launch its `.fn` with the arguments it was given (what `LibEntry.run` does after its cache
+    lookup), down to a `JITFunction`, `Autotuner` or `Heuristics`. An autotuner subclass with
+    options torch does not take (a library's own tuner) is launched as a plain `triton.autotune`
+    over the same configs and key; the lowering then picks its config by benchmarking, as Triton's
+    autotuner does. Heuristics outside any autotuner, which torch's capture refuses, are applied
+    to the call's arguments first, as Triton applies them.
+  - An argument that is not a tensor but has `data_ptr()` (a `StridedBuffer`, a typed pointer) is
+    launched as the view of the tensor whose memory it points into, at its offset, with its
+    shape and strides where it has them (nonnegative), else to the end of that memory.
+  - `data_ptr()` of a fake tensor, which torch refuses, gives an address made up per storage:
+    16-byte aligned bases, the storage offset added. Libraries read it for cache keys and pointer
+    arithmetic; the made-up address is how a wrapper's pointer is found again above. The program
+    never sees these numbers: the lowering guards and launches the real pointers.
+
+Only the thread that captures sees any of this (thread-local switch), only while it captures.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+
+import torch
+
+from .errors import UnsupportedError
+
+_local = threading.local()
+_install_lock = threading.Lock()
+_active = 0           # captures on this route running now, all threads: the patches stay while > 0
+_originals: dict = {}
+
+_BASE = 1 << 44       # made-up addresses: far above any small integer a library may compare to
+_STRIDE = 1 << 36     # room for a 64 GiB storage each
+
+
+class _Addresses:
+    """The made-up address of each fake storage seen in one capture, and the tensors on it whose
+    address was read."""
+
+    def __init__(self):
+        self.bases: dict[int, int] = {}                        # storage key -> base address
+        self.tensors: dict[int, list[torch.Tensor]] = {}       # storage key -> tensors read
+
+    def of(self, t: torch.Tensor) -> int:
+        key = t.untyped_storage()._cdata
+        if key not in self.bases:
+            self.bases[key] = _BASE + len(self.bases) * _STRIDE
+            self.tensors[key] = []
+        if not any(u is t for u in self.tensors[key]):
+            self.tensors[key].append(t)
+        return self.bases[key] + t.storage_offset() * t.element_size()
+
+    def find(self, address: int) -> tuple[list[torch.Tensor], int] | None:
+        """The tensors on the storage `address` points into, and its byte offset in that storage."""
+        for key, base in self.bases.items():
+            if base <= address < base + _STRIDE:
+                return self.tensors[key], address - base
+        return None
+
+
+def capturing() -> bool:
+    return getattr(_local, "addresses", None) is not None
+
+
+@contextlib.contextmanager
+def traceable():
+    """While non-strict export runs on this thread: library launches and wrapper pointers become
+    recordable (module docstring). Counts the launches it converted by launcher class in
+    `launchers`, which the caller reports (explain). Triton's and torch's classes are patched only
+    while some thread captures this way (other threads then see the originals' behaviour, through
+    one more Python call), so launches outside a capture pay nothing."""
+    _patch(+1)
+    prev = getattr(_local, "addresses", None), getattr(_local, "launchers", None)
+    _local.addresses, _local.launchers = _Addresses(), {}
+    try:
+        yield _local.launchers
+    finally:
+        _local.addresses, _local.launchers = prev
+        _patch(-1)
+
+
+def _patch(delta: int) -> None:
+    global _active
+    from triton.runtime.jit import KernelInterface
+    with _install_lock:
+        _active += delta
+        if _active == 1 and delta > 0:
+            orig_getitem = _originals["getitem"] = KernelInterface.__dict__["__getitem__"]
+            orig_data_ptr = _originals["data_ptr"] = torch.Tensor.data_ptr
+
+            def __getitem__(self, grid):
+                if not capturing():
+                    return orig_getitem(self, grid)
+                return lambda *args, **kwargs: _launch(self, grid, args, kwargs)
+
+            def data_ptr(self):
+                if capturing() and isinstance(self, torch._subclasses.fake_tensor.FakeTensor):
+                    return _local.addresses.of(self)
+                return orig_data_ptr(self)
+
+            KernelInterface.__getitem__ = __getitem__
+            torch.Tensor.data_ptr = data_ptr
+        elif _active == 0:
+            KernelInterface.__getitem__ = _originals.pop("getitem")
+            if "data_ptr" in torch.Tensor.__dict__:
+                del torch.Tensor.data_ptr  # TensorBase's own again
+            _originals.pop("data_ptr")
+
+
+def _kernel_of(launcher):
+    """The Triton kernel object `launcher[grid](...)` runs (module docstring), and the classes of
+    the library launchers passed through on the way."""
+    from triton.runtime.autotuner import Autotuner, Heuristics, autotune
+    from triton.runtime.jit import JITFunction, KernelInterface
+    k, passed = launcher, []
+    while not isinstance(k, (JITFunction, Autotuner, Heuristics)):
+        inner = getattr(k, "fn", None)
+        if not isinstance(inner, KernelInterface):
+            raise UnsupportedError(
+                f"Triton launcher {type(k).__module__}.{type(k).__qualname__}: it launches no kernel that "
+                "trident can find (no .fn attribute holding a triton.jit, autotune or heuristics kernel)")
+        passed.append(type(k).__qualname__)
+        k = inner
+    if isinstance(k, Autotuner) and type(k) is not Autotuner:
+        cached = getattr(k, "_trident_plain", None)
+        if cached is None:
+            cached = autotune(configs=list(k.configs), key=list(getattr(k, "keys", []) or []))(k.fn)
+            k._trident_plain = cached
+        passed.append(type(k).__qualname__)
+        k = cached
+    return k, passed
+
+
+def _as_tensor(v, where: str):
+    """A launch argument as Triton would read it: tensors as they are; an object with data_ptr()
+    as the view of the tensor its pointer points into (module docstring)."""
+    if isinstance(v, torch.Tensor) or not hasattr(v, "data_ptr") or not hasattr(v, "dtype"):
+        return v
+    found = _local.addresses.find(v.data_ptr())
+    if found is None:
+        raise UnsupportedError(f"{where}: a {type(v).__qualname__} whose pointer is into no tensor this "
+                               "function's trace holds")
+    tensors, offset = found
+    dtype = v.dtype
+    if offset % dtype.itemsize:
+        raise UnsupportedError(f"{where}: a {type(v).__qualname__} at an offset that is not a whole element")
+    start = offset // dtype.itemsize
+    shape = getattr(v, "shape", None)
+    stride = v.stride() if callable(getattr(v, "stride", None)) else None
+    known = shape is not None and stride is not None and len(shape) == len(stride) and all(s >= 0 for s in stride)
+    extent = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if known and all(n > 0 for n in shape) else None
+    # A tensor the pointer starts and whose memory holds all the wrapper reaches: launched as that
+    # tensor itself, so a write through the wrapper is a write of it (no view to scatter back).
+    for t in tensors:
+        if (t.dtype == dtype and t.storage_offset() == start and t.is_contiguous()
+                and extent is not None and extent <= t.numel()):
+            return t
+    t = tensors[0]
+    if dtype != t.dtype:
+        if dtype.itemsize != t.dtype.itemsize:
+            raise UnsupportedError(f"{where}: a {type(v).__qualname__} of {dtype} over a tensor of {t.dtype}")
+        t = t.view(dtype)
+    if known:
+        return t.as_strided(tuple(shape), tuple(stride), start)
+    n = t.untyped_storage().nbytes() // dtype.itemsize
+    return t.as_strided((n - start,), (1,), start)
+
+
+def _launch(launcher, grid, args, kwargs):
+    from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper
+    from triton import Config
+    from triton.runtime.autotuner import Autotuner, Heuristics, autotune
+    from triton.runtime.jit import JITFunction
+    kernel, passed = _kernel_of(launcher)
+    # Heuristics outside any autotuner (torch's capture takes them only under one): applied here as
+    # Triton's Heuristics.run applies them, on this call's arguments; one that sets num_warps or
+    # num_stages becomes a launch option, as it does in Triton.
+    while isinstance(kernel, Heuristics):
+        for name, heuristic in kernel.values.items():
+            kwargs = {**kwargs, name: heuristic({**dict(zip(kernel.arg_names, args)), **kwargs})}
+        kernel = kernel.fn
+        if not isinstance(kernel, (JITFunction, Autotuner, Heuristics)):
+            kernel, more = _kernel_of(kernel)
+            passed += more
+    jit = kernel
+    while not isinstance(jit, JITFunction):
+        jit = jit.fn
+    where = f"Triton kernel {jit.fn.__name__}"
+    args = tuple(_as_tensor(a, where) for a in args)
+    kwargs = {k: _as_tensor(v, where) for k, v in kwargs.items()}
+    # What trident's strict capture also fixes (_compat._install_triton_launch_options): constexprs
+    # left to their defaults are passed, num_ctas goes into a one-config autotuner.
+    given = set(jit.arg_names[:len(args)]) | set(kwargs)
+    for p in jit.params:
+        if p.is_constexpr and p.name not in given and p.default is not inspect.Parameter.empty:
+            kwargs[p.name] = p.default
+    if "num_ctas" in kwargs and not isinstance(kernel, Autotuner):
+        options = {k: kwargs.pop(k) for k in ("num_ctas", "num_warps", "num_stages") if k in kwargs}
+        kernel = autotune(configs=[Config({}, **options)], key=[])(kernel)
+    for name in passed or ["(triton)"]:
+        _local.launchers[name] = _local.launchers.get(name, 0) + 1
+    TraceableTritonKernelWrapper(kernel, None, grid)(*args, **kwargs)

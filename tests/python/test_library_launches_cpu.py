@@ -1,0 +1,114 @@
+"""The traced-Python capture route (python/trident/library_launches.py): a library that Dynamo
+cannot trace (mini_gems.py reproduces FlagGems' launcher stack: LibEntry, a library autotuner,
+heuristics, kernels generated and imported at run time, StridedBuffer arguments) is captured by
+non-strict export down to each JITFunction and the configuration it would launch. Kernels are
+compiled for sm_90 without a GPU (fake_cuda.py) and checked in the host IR; a library of torch
+ops with generated code runs natively on the CPU against eager."""
+import hashlib
+import re
+
+import mini_gems
+import pytest
+import torch
+from fake_cuda import capture_as_sm90
+from triton.runtime.jit import KernelInterface
+
+import trident
+
+
+def gems_block(x, y, w):
+    return mini_gems.rms_norm(mini_gems.mul(mini_gems.add(x, y), y) * 2, w)
+
+
+@pytest.fixture
+def sm90(monkeypatch):
+    with capture_as_sm90(monkeypatch):
+        yield
+
+
+def _lowered(fn, *args):
+    fast = trident.compile(fn)
+    return trident.controller(fast).lower_call(*args)
+
+
+def test_library_launchers_are_captured_down_to_the_jit_function(sm90):
+    x, y, w = torch.randn(4, 128), torch.randn(4, 128), torch.randn(128)
+    lowered = _lowered(gems_block, x, y, w)
+    text = lowered.text
+    decls = [line.strip() for line in text.splitlines() if line.strip().startswith("kernel ")]
+    assert [re.search(r'"(\w+)"', d).group(1) for d in decls] == ["add_kernel", "mul_kernel", "_rms_norm_kernel"]
+    # num_warps=2 given at the generated call; the library tuner's one config has num_warps=4
+    assert " warps 2 " in decls[0] and " warps 2 " in decls[1] and " warps 4 " in decls[2]
+    assert '"ptr,ptr,ptr,i32,fp32"' in decls[2]
+    # The StridedBuffers over whole tensors launch those tensors: no view copied and scattered back.
+    assert "aten::clone" not in text and "scatter" not in text
+    assert re.search(r"launch 0 grid\(2, 1, 1\) \(%0, %1, %\d+, 512\)", text), text
+    assert "guard L0.data_ptr divby 16" in text and "guard L2.data_ptr divby 16" in text
+    (name, cfg, grid, key) = lowered.kernel_notes[2]
+    # the tuner's config, with the heuristic's EVEN (n % 128 == 0) applied to it
+    assert name == "_rms_norm_kernel" and grid == (4, 1, 1) and cfg == {"BLOCK_N": 128, "EVEN": True}
+    assert "('constexpr', 128), ('constexpr', True)" in key
+    assert lowered.route.startswith("Python traced by non-strict export, where Dynamo stopped (File ")
+    assert "mini_gems.py" in lowered.route and lowered.route.endswith("Triton launches via LibEntry x3, LibTuner x1")
+
+
+def test_heuristics_follow_the_call(sm90):
+    x, y, w = torch.randn(2, 100), torch.randn(2, 100), torch.randn(100)
+    (_, _, _, key) = _lowered(gems_block, x, y, w).kernel_notes[2]
+    assert "('constexpr', 128), ('constexpr', False)" in key
+
+
+@pytest.mark.parametrize("n,block,warps", [(1000, 1024, 4), (2000, 2048, 8)])
+def test_heuristics_outside_an_autotuner_apply_as_triton_applies_them(sm90, n, block, warps):
+    # torch's own capture refuses heuristics that no autotuner wraps; one of these sets num_warps
+    lowered = _lowered(lambda x: mini_gems.row_sum(x), torch.randn(4, n))
+    (decl,) = [line.strip() for line in lowered.text.splitlines() if line.strip().startswith("kernel ")]
+    assert f" warps {warps} " in decl and '"ptr,ptr,i32"' in decl
+    (name, cfg, grid, key) = lowered.kernel_notes[0]
+    assert name == "_row_sum_kernel" and grid == (4, 1, 1) and f"('constexpr', {block})" in key
+
+
+def test_a_pointer_at_an_offset_launches_a_view_at_that_offset(sm90):
+    lowered = _lowered(lambda x: mini_gems.add_halves(x) + 1, torch.randn(1024))
+    text = lowered.text
+    # the first half starts where x does and lies inside it: x itself; the second is x's pointer
+    # 512 floats on (a view the lowering passes as a pointer, lazy_views.py)
+    assert re.search(r"launch 0 grid\(2, 1, 1\) \(%0, ptr\(%0, 2048\), %1, 512\)", text), text
+    assert "scatter" not in text and "clone" not in text
+
+
+def test_the_patches_live_only_while_capturing(sm90):
+    getitem = KernelInterface.__dict__["__getitem__"]
+    _lowered(gems_block, torch.randn(4, 128), torch.randn(4, 128), torch.randn(128))
+    assert KernelInterface.__dict__["__getitem__"] is getitem
+    assert "data_ptr" not in torch.Tensor.__dict__
+
+
+def residual_block(x, y):
+    return mini_gems.scaled_residual(x * 2, y) - 1
+
+
+def test_generated_torch_library_runs_natively_against_eager():
+    fast = trident.compile(residual_block)
+    for _ in range(3):
+        x, y = torch.randn(8, 16), torch.randn(8, 16)
+        torch.testing.assert_close(fast(x, y), residual_block(x, y), rtol=0, atol=0)
+    n = trident.counters(fast)
+    assert n["captures"] == 1 and n["specializations"] == 1 and n["hits"] == 2 and n["fallbacks"] == 0
+    report = trident.explain(fast)
+    assert "spec 0 captured by: Python traced by non-strict export" in report
+    assert "calls split" not in report
+
+
+def hashes_then_scales(x):
+    y = x * 2
+    tag = hashlib.sha256(b"step").hexdigest()  # Dynamo stops here, in the compiled function's own file
+    return y + len(tag)
+
+
+def test_a_construct_in_the_functions_own_file_splits_instead():
+    fast = trident.compile(hashes_then_scales)
+    with pytest.warns(RuntimeWarning, match="run split there"):
+        out = fast(torch.ones(3))
+    torch.testing.assert_close(out, torch.full((3,), 66.0))
+    assert "calls split at graph breaks" in trident.explain(fast)

@@ -8,7 +8,7 @@ first call after the library's kernels are compiled), and warm, host µs per cal
 call replayed) beside them. Every mode's result is checked against eager's in the same run.
 
     python benchmarks/flaggems_ops.py [--shapes decode|all] [--modes eager,compile,...] [--ops add,mm]
-        [--torch-compile-shapes decode|all] [--out DIR]
+        [--torch-compile-shapes decode|all] [--out DIR]     (--shapes also takes "1x4096,8x4096")
 
 Prints one table last: warm µs per mode, trident's speedup over eager and over the best
 torch.compile mode."""
@@ -87,7 +87,7 @@ def table(rows, mode_list):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="all", choices=("decode", "all"))
+    ap.add_argument("--shapes", default="all", help='"all", "decode", or a list like "1x4096,8x4096"')
     ap.add_argument("--torch-compile-shapes", default="all", choices=("decode", "all"),
                     help="shapes torch.compile's modes run at (they compile for seconds per case)")
     ap.add_argument("--modes", default="eager,compile,cpp_wrapper,trident_backend,trident")
@@ -97,7 +97,10 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     mode_list = a.modes.split(",")
     cases = [c for c in flaggems_cases.make_cases() if not a.ops or c[0] in a.ops.split(",")]
-    shapes = [s for s in flaggems_cases.SHAPES if a.shapes == "all" or s[0] in flaggems_cases.DECODE_TOKENS]
+    if a.shapes in ("all", "decode"):
+        shapes = [s for s in flaggems_cases.SHAPES if a.shapes == "all" or s[0] in flaggems_cases.DECODE_TOKENS]
+    else:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
     rows = []
     for tokens, hidden in shapes:
         decode = tokens in flaggems_cases.DECODE_TOKENS

@@ -142,6 +142,27 @@ class GraphFunction(CompiledFunction):
                      self._state_index, list(args), _unguarded_parameters(args))
 
 
+def _without_unused_objects(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[int] | None]:
+    """The graph without the inputs that are opaque objects it never reads (a DTensor's DeviceMesh,
+    which AOTAutograd passes along with the local tensors of a tensor-parallel module), and the
+    positions of the inputs kept; (gm, None) when there are none. The native flattener takes no
+    such object, and the graph does not need it."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    drop = [k for k, n in enumerate(placeholders) if not n.users and not isinstance(
+        n.meta.get("val"), (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+        and n.meta.get("val") is not None]
+    if not drop:
+        return gm, None
+    graph = fx.Graph()
+    env = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder" and placeholders.index(n) in drop:
+            continue
+        env[n] = graph.node_copy(n, lambda a: env[a])
+    kept = fx.GraphModule(gm, graph)
+    return kept, [k for k in range(len(placeholders)) if k not in drop]
+
+
 def _needs_autograd(example_inputs) -> bool:
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
 
@@ -164,14 +185,18 @@ def trident_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
     from torch._functorch.aot_autograd import make_boxed_func
 
     def fw_compiler(fw_gm: fx.GraphModule, fw_inputs):
+        fw_gm, keep = _without_unused_objects(fw_gm)
         ctl = GraphFunction(fw_gm, opts, f"graph {len(GRAPHS)}")
         GRAPHS.append(weakref.ref(ctl))
         if sink is not None:
             sink.append(GRAPHS[-1])
         scm = ctl.detach()
-
-        def run(*args):
-            return scm(*args)
+        if keep is None:
+            def run(*args):
+                return scm(*args)
+        else:
+            def run(*args):
+                return scm(*[args[i] for i in keep])
 
         return make_boxed_func(run)
 

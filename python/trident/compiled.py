@@ -142,6 +142,15 @@ def _capture_reason(e: Exception) -> str:
     return f"{kind}: {text} (in {op}; the call would fail the same way eagerly)"
 
 
+def _holds_dtensors(module) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return False
+    return any(isinstance(t, DTensor) for t in module.parameters()) or \
+        any(isinstance(t, DTensor) for t in module.buffers())
+
+
 def _stop_frame(e: Exception):
     """The frame a Dynamo failure stopped in: its innermost frame outside torch and trident; None
     when the exception carries no stack."""
@@ -671,20 +680,26 @@ class CompiledFunction:
                 "writes overlaps nothing else it reads, so calls like this run the original function eagerly")
 
     def _install(self, lowered):
+        from . import process_groups
         self._add_spec(lowered.text, sorted(lowered.written), sorted(lowered.state_written), lowered.ops,
                        [tuple(str(x) for x in n) for n in lowered.kernel_notes], bool(lowered.state),
-                       lowered.route)
+                       lowered.route, process_groups.used_by(lowered.text))
         self._save_automatic()
 
     def _add_spec(self, text: str, written: list, state_written: list, ops: list, kernel_notes: list,
-                  reads_state: bool, route: str = ""):
-        """Adds one specialization (a capture's, or a saved one: artifacts.py) to the module."""
+                  reads_state: bool, route: str = "", groups: list | None = None):
+        """Adds one specialization (a capture's, or a saved one: artifacts.py) to the module.
+        `groups`: [name, rank, size] of the process groups its collectives run on
+        (process_groups.py); such specs are dropped when a process group is destroyed."""
+        if groups:
+            from . import process_groups
+            process_groups.hold(self)
         self._pins_state = self._pins_state or bool((written or state_written) and reads_state)
         self.scm.set_state([r.tensor for r in self.state])
         self.scm.add_spec(text)
         self.installed.append({"text": text, "written": list(written), "state_written": list(state_written),
                                "ops": list(ops), "kernel_notes": [list(n) for n in kernel_notes],
-                               "reads_state": reads_state, "route": route})
+                               "reads_state": reads_state, "route": route, "groups": list(groups or [])})
         self.last_ops.append(ops)
         self.kernels.extend(tuple(n) for n in kernel_notes)
 
@@ -745,9 +760,14 @@ class CompiledFunction:
                     raise artifacts.ArtifactRejected(f"state {entry['target']} is listed twice")
             if artifacts.state_signature(self.state) != header["state_signature"]:
                 raise artifacts.ArtifactRejected("the module state's names, dtypes, shapes or devices changed")
+            from . import process_groups
+            for spec in header["specs"]:
+                why = process_groups.mismatch(spec.get("groups") or [])
+                if why:
+                    raise artifacts.ArtifactRejected(why)
             for spec, text in zip(header["specs"], artifacts.texts(header, blobs, self.state)):
                 self._add_spec(text, spec["written"], spec["state_written"], spec["ops"], spec["kernel_notes"],
-                               spec["reads_state"], spec.get("route", ""))
+                               spec["reads_state"], spec.get("route", ""), spec.get("groups"))
         except (AttributeError, KeyError, ImportError, ValueError, RuntimeError, TypeError) as e:
             self._forget_specs()
             raise artifacts.ArtifactRejected(f"{type(e).__name__}: {e}") from None
@@ -757,6 +777,15 @@ class CompiledFunction:
         self._layout = _module_layout(self.module)
         self.artifact_loads += 1
         log.info("trident: %s: %d specializations installed from %s", self.name, len(header["specs"]), path)
+
+    def forget_for_groups(self):
+        """A process group was destroyed (process_groups.py): drop every specialization, since one
+        that calls collectives may name a group whose rank or size will differ when it comes back.
+        The next call captures again."""
+        with self.lock:
+            if any(spec.get("groups") for spec in self.installed):
+                log.info("trident: %s: a process group was destroyed; its specializations are dropped", self.name)
+                self._forget_specs()
 
     def _forget_specs(self):
         """Drops every specialization and what they read (a module state change, a rejected file)."""
@@ -851,6 +880,12 @@ class CompiledFunction:
             log.info(msg)
 
     def _lower_with(self, args, kwargs, structure: str, leaves: list[dict], marks: set):
+        if self.module is not None and _holds_dtensors(self.module):
+            # Tensor parallelism by parallelize_module: its input hooks call DTensor.from_local,
+            # which torch.export cannot capture (torch 2.11 and 2.13). Dynamo and AOTAutograd can:
+            # the call takes the graph-break route, whose graphs are native (backend.py).
+            raise UnsupportedError(f"{self.name}: its parameters are DTensors (tensor parallelism), which "
+                                   "torch.export cannot capture whole")
         margs, mkwargs, leaf_values = _mark_leaves(args, kwargs)
         if self.signature is not None:
             bound = self.signature.bind(*args, **kwargs)

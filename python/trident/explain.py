@@ -52,6 +52,9 @@ def explain(compiled, *args, **kwargs) -> str:
                 lines.append(f"    spec {i}: {'all guards hold' if not why else 'fails ' + why}")
     for k, spec in enumerate(c.installed):
         lines.append(f"  spec {k} captured by: {spec.get('route') or 'unknown'}")
+        for name, rank, size in spec.get("groups") or []:
+            lines.append(f"  spec {k} runs collectives on process group '{name}' as rank {rank} of {size} "
+                         "(dropped if a process group is destroyed)")
     for name, cfg, grid, key in c.kernels:
         lines.append(f"  triton kernel {name}: grid {grid}, autotune choice {cfg}, specialization {key}")
     lines.append("  specializations (host IR; guards on codes say what the code means after #):")

@@ -320,5 +320,11 @@ PyMODINIT_FUNC PyInit__C() {
   trident::bindings::install_result_object_check();
   PyModule_AddIntConstant(m, "ABI_VERSION", TRD_ABI_VERSION);
   PyModule_AddIntConstant(m, "MAX_DIM", TRD_MAX_DIM);
+  // trd_leaf.kind, for the Python side's leaf descriptions (describe_args): one numbering.
+  PyModule_AddIntConstant(m, "LEAF_NONE", TRD_NONE);
+  PyModule_AddIntConstant(m, "LEAF_TENSOR", TRD_TENSOR);
+  PyModule_AddIntConstant(m, "LEAF_INT", TRD_INT);
+  PyModule_AddIntConstant(m, "LEAF_FLOAT", TRD_FLOAT);
+  PyModule_AddIntConstant(m, "LEAF_BOOL", TRD_BOOL);
   return m;
 }

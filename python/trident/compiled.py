@@ -346,13 +346,13 @@ def capture_key(structure: str, leaves: list[dict], marks: set, grad_mode: bool)
     floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
     parts = []
     for k, l in enumerate(leaves):
-        if l["kind"] == 1:
+        if l["kind"] == _C.LEAF_TENSOR:
             symbolic = any((k, d) in sized for d in range(l["dim"]))
             sizes = tuple(None if (k, d) in sized else n for d, n in enumerate(l["sizes"]))
             layout = _dense_layout(l["sizes"], l["strides"]) if symbolic else tuple(l["strides"])
             parts.append((1, l["dtype"], l["device_type"], l["device_index"], l["dim"], l["flags"], l["keyset"],
                           sizes, layout))
-        elif l["kind"] == 2:
+        elif l["kind"] == _C.LEAF_INT:
             parts.append((2, None if k in ints else l["ival"]))
         elif k in floats:
             parts.append((3, None))
@@ -808,22 +808,22 @@ class CompiledFunction:
         marks = self._dynamic.setdefault(structure, set())
         if self.options.dynamic is True:
             for k, l in enumerate(leaves):
-                if l["kind"] == 1:
+                if l["kind"] == _C.LEAF_TENSOR:
                     marks |= {("size", k, d) for d in range(l["dim"])}
-                elif l["kind"] == 2:
+                elif l["kind"] == _C.LEAF_INT:
                     marks.add(("int", k))
-                elif l["kind"] == 3 and k in float_leaves:
+                elif l["kind"] == _C.LEAF_FLOAT and k in float_leaves:
                     marks.add(("float", k))
             return marks
         # Floats are run-time values from the first call (float_symbols.py): a float is a number the
         # program computes with far more often than a switch; one that decides a branch is
         # captured again as a constant, said once (_lower).
-        marks |= {("float", k) for k in float_leaves if leaves[k]["kind"] == 3}
+        marks |= {("float", k) for k in float_leaves if leaves[k]["kind"] == _C.LEAF_FLOAT}
         first = self._first_seen.setdefault(structure, leaves)
         for k, (a, b) in enumerate(zip(first, leaves)):
-            if a["kind"] == 1 and a["dim"] == b["dim"]:
+            if a["kind"] == _C.LEAF_TENSOR and a["dim"] == b["dim"]:
                 marks |= {("size", k, d) for d in range(a["dim"]) if a["sizes"][d] != b["sizes"][d]}
-            elif a["kind"] == 2 and a["ival"] != b["ival"]:
+            elif a["kind"] == _C.LEAF_INT and a["ival"] != b["ival"]:
                 marks.add(("int", k))
         return marks
 

@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from . import _C
+
 
 def float_text(v: float) -> str:
     """A float in host IR syntax: always with a point or exponent, or inf/-inf/nan."""
@@ -46,7 +48,7 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
     for k, l in enumerate(leaves):
         out.append(f"guard L{k}.kind == {l['kind']}")
         fake = fakes.get(k)
-        if l["kind"] == 1:
+        if l["kind"] == _C.LEAF_TENSOR:
             out += [f"guard L{k}.dtype == {l['dtype']}", f"guard L{k}.device_type == {l['device_type']}",
                     f"guard L{k}.device_index == {l['device_index']}", f"guard L{k}.dim == {l['dim']}",
                     f"guard L{k}.flags == {l['flags']}", f"guard L{k}.keyset == {_keyset(l['keyset'])}"]
@@ -56,7 +58,7 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
                 out += dim_guard(k, "size", d, v, tsizes[d])
             for d, v in enumerate(l["strides"]):
                 out += dim_guard(k, "stride", d, v, tstrides[d])
-        elif l["kind"] in (2, 4):
+        elif l["kind"] in (_C.LEAF_INT, _C.LEAF_BOOL):
             if isinstance(fake, torch.SymInt) and syms is not None:
                 # Kept symbolic: its ShapeEnv guards and range apply instead of the value. A SymInt
                 # the trace specialized (its expression is now a number) is guarded like a constant.
@@ -64,7 +66,7 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
                 continue
             # an int the program holds as a constant is guarded at the value it was traced with
             out.append(f"guard L{k}.ival == {fake if type(fake) is int else l['ival']}")
-        elif l["kind"] == 3:
+        elif l["kind"] == _C.LEAF_FLOAT:
             if fake is not None and not isinstance(fake, (int, float)):
                 continue  # a run-time float (float_symbols.RUNTIME): its value is not baked in
             # NaN equals nothing, itself included; "x != x" holds exactly for NaN.

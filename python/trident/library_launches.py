@@ -19,6 +19,9 @@ makes. While it does, `traceable()` makes the Triton launches recordable too:
   - An argument that is not a tensor but has `data_ptr()` (a `StridedBuffer`, a typed pointer) is
     launched as the view of the tensor whose memory it points into, at its offset, with its
     shape and strides where it has them (nonnegative), else to the end of that memory.
+  - `jit_fn.run(..., grid=..., warmup=False)` called directly is the same launch; a
+    `CompiledKernel` launched directly (a library's own cache of them) is refused, so nothing is
+    ever launched with the made-up addresses below.
   - `data_ptr()` of a fake tensor, which torch refuses, gives an address made up per storage:
     16-byte aligned bases, the storage offset added. Libraries read it for cache keys and pointer
     arithmetic; the made-up address is how a wrapper's pointer is found again above. The program
@@ -97,7 +100,11 @@ def _patch(delta: int) -> None:
     with _install_lock:
         _active += delta
         if _active == 1 and delta > 0:
+            from triton.compiler.compiler import CompiledKernel
+            from triton.runtime.jit import JITFunction
             orig_getitem = _originals["getitem"] = KernelInterface.__dict__["__getitem__"]
+            orig_run = _originals["run"] = JITFunction.__dict__["run"]
+            orig_compiled = _originals["compiled"] = CompiledKernel.__dict__["__getitem__"]
             orig_data_ptr = _originals["data_ptr"] = torch.Tensor.data_ptr
 
             def __getitem__(self, grid):
@@ -105,15 +112,35 @@ def _patch(delta: int) -> None:
                     return orig_getitem(self, grid)
                 return lambda *args, **kwargs: _launch(self, grid, args, kwargs)
 
+            # `jit_fn.run(*args, grid=..., warmup=False)` called directly is the same launch; a
+            # CompiledKernel launched directly (a cache of its own) cannot be traced back to its
+            # arguments' meaning: refused, never launched with made-up addresses.
+            def run(self, *args, grid, warmup=False, **kwargs):
+                if not capturing() or warmup:
+                    return orig_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+                return _launch(self, grid, args, kwargs)
+
+            def compiled_getitem(self, grid):
+                if not capturing():
+                    return orig_compiled(self, grid)
+                raise UnsupportedError(f"Triton kernel {self.name}: launched as a compiled kernel, not through "
+                                       "its JITFunction, autotuner or a launcher around them")
+
             def data_ptr(self):
                 if capturing() and isinstance(self, torch._subclasses.fake_tensor.FakeTensor):
                     return _local.addresses.of(self)
                 return orig_data_ptr(self)
 
             KernelInterface.__getitem__ = __getitem__
+            JITFunction.run = run
+            CompiledKernel.__getitem__ = compiled_getitem
             torch.Tensor.data_ptr = data_ptr
         elif _active == 0:
+            from triton.compiler.compiler import CompiledKernel
+            from triton.runtime.jit import JITFunction
             KernelInterface.__getitem__ = _originals.pop("getitem")
+            JITFunction.run = _originals.pop("run")
+            CompiledKernel.__getitem__ = _originals.pop("compiled")
             if "data_ptr" in torch.Tensor.__dict__:
                 del torch.Tensor.data_ptr  # TensorBase's own again
             _originals.pop("data_ptr")

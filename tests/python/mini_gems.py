@@ -233,3 +233,19 @@ def row_sum(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
     _row_sum_kernel[(x.shape[0], 1, 1)](x, out, x.shape[1])
     return out
+
+
+@triton.jit
+def _scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * alpha, mask=m)
+
+
+def scale_direct(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """alpha * x, launched as `jit_fn.run(..., grid=..., warmup=False)` on StridedBuffers."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    _scale_kernel.run(StridedBuffer(x, (n,), (1,)), StridedBuffer(out, (n,), (1,)), n, alpha, BLOCK=128,
+                      grid=(triton.cdiv(n, 128), 1, 1), warmup=False)
+    return out

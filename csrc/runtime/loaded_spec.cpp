@@ -40,6 +40,11 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
     }
   }
   spec->output_ = ir::parse_operand(spec->m_->output);
+  // A program with collectives waits on other processes: its runs let other Python threads in from
+  // the first (holding the GIL across a wait on peers deadlocked a Gloo all-reduce under load).
+  for (const auto& site : spec->sites_)
+    if (site.name.rfind("_c10d_functional::", 0) == 0 || site.name.rfind("c10d::", 0) == 0)
+      spec->run_policy_.release_gil = true;
   for (auto& site : spec->sites_)
     if (site.may_reuse())
       site.reuse.kind =

@@ -150,6 +150,8 @@ def dead_peer(rank, world):
 
 
 def main():
+    import faulthandler
+    faulthandler.dump_traceback_later(200, exit=True)  # a hang shows where, before the harness gives up
     case, rank, world, store, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     os.environ["TRIDENT_TEST_STORE"] = store
     timeout = datetime.timedelta(seconds=float(os.environ.get("TRIDENT_TEST_PG_TIMEOUT", "60")))

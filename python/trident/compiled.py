@@ -154,10 +154,14 @@ def _holds_dtensors(module) -> bool:
 def _stop_frame(e: Exception):
     """The frame a Dynamo failure stopped in: its innermost frame outside torch and trident; None
     when the exception carries no stack."""
+    return _outside_torch_and_trident(getattr(e, "real_stack", None) or ())
+
+
+def _outside_torch_and_trident(frames):
+    """The innermost of `frames` (outermost first) whose file is neither torch's nor trident's."""
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
-    for frame in reversed(list(getattr(e, "real_stack", None) or ())):
-        path = os.path.abspath(frame.filename)
-        if not path.startswith((torch_dir + os.sep, _PACKAGE_DIR + os.sep)):
+    for frame in reversed(list(frames)):
+        if not os.path.abspath(frame.filename).startswith((torch_dir + os.sep, _PACKAGE_DIR + os.sep)):
             return frame
     return None
 
@@ -165,12 +169,9 @@ def _stop_frame(e: Exception):
 def _capture_where_traced(e: Exception) -> str:
     """'File "lib.py", line 9, in op: ' for the innermost frame outside torch and trident of an
     exception raised while the traced-Python route ran the function; empty when there is none."""
-    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     import traceback
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        if not os.path.abspath(frame.filename).startswith((torch_dir + os.sep, _PACKAGE_DIR + os.sep)):
-            return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}: '
-    return ""
+    frame = _outside_torch_and_trident(traceback.extract_tb(e.__traceback__))
+    return f'File "{frame.filename}", line {frame.lineno}, in {frame.name}: ' if frame else ""
 
 
 def _capture_where(e: Exception) -> str:

@@ -114,17 +114,22 @@ _code_dir = tempfile.mkdtemp(prefix="mini_gems_")
 _generated = {}
 
 
+def _import_generated(name: str, src: str):
+    """The module of source `src`, written to a file of the code directory and imported (Triton
+    reads a jit function's source from its file), as FlagGems' code cache does."""
+    path = os.path.join(_code_dir, f"{name}_{hashlib.sha256(src.encode()).hexdigest()[:8]}.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"mini_gems_generated_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _generate(name: str, expr: str):
-    """The kernel for `expr`, from source written to a file and imported (Triton reads the source
-    of a jit function from its file)."""
+    """The kernel for `expr`, generated at its first use."""
     if name not in _generated:
-        src = _TEMPLATE.format(name=name, expr=expr)
-        path = os.path.join(_code_dir, f"{name}_{hashlib.sha256(src.encode()).hexdigest()[:8]}.py")
-        with open(path, "w") as f:
-            f.write(src)
-        spec = importlib.util.spec_from_file_location(f"mini_gems_generated_{name}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = _import_generated(name, _TEMPLATE.format(name=name, expr=expr))
         _generated[name] = LibEntry(getattr(mod, f"{name}_kernel"))
     return _generated[name]
 
@@ -199,14 +204,7 @@ def torch_pointwise(name: str, expr: str):
     Triton ones above: the library's Python (file writes, imports) is what Dynamo cannot trace."""
     def op(x, y):
         if name not in _generated:
-            src = _TORCH_TEMPLATE.format(name=name, expr=expr)
-            path = os.path.join(_code_dir, f"{name}_{hashlib.sha256(src.encode()).hexdigest()[:8]}.py")
-            with open(path, "w") as f:
-                f.write(src)
-            spec = importlib.util.spec_from_file_location(f"mini_gems_generated_{name}", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            _generated[name] = getattr(mod, name)
+            _generated[name] = getattr(_import_generated(name, _TORCH_TEMPLATE.format(name=name, expr=expr)), name)
         return _generated[name](x, y)
 
     op.__name__ = name

@@ -6,12 +6,12 @@
 #include <cstring>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/kernel_node.h"
 
 namespace trident::runtime {
 namespace {
 
 constexpr size_t kMaxNodes = 8;
-constexpr size_t kMaxParams = 4096;
 
 // A node's dependencies (at most `cap`); programmatic (PDL) edges count as plain ones. The _v2 entry
 // point reads edges with non-default data, which the first one refuses (CUDA_ERROR_LOSSY_QUERY).
@@ -87,58 +87,17 @@ std::optional<LaunchRecord> LaunchRecord::capture(const std::function<bool(CUstr
   LaunchRecord rec;
   bool ok = true;
   for (CUgraphNode node : kernel_chain(graph, why)) {
-    CUDA_KERNEL_NODE_PARAMS p{};
+    KernelNode k;
+    if (!KernelNode::read(node, &k, why)) {
+      ok = false;
+      break;
+    }
+    const CUDA_KERNEL_NODE_PARAMS& p = k.params;
     Launch l;
-    if (CUresult r = d.GraphKernelNodeGetParams(node, &p); r != CUDA_SUCCESS) {
-      *why = "cuGraphKernelNodeGetParams: " + error_name(r);
-      ok = false;
-      break;
-    }
-    if (!p.func && p.kern) ok = d.KernelGetFunction(&l.func, p.kern) == CUDA_SUCCESS;
-    else l.func = p.func;
-    if (!(ok && l.func)) {
-      *why = "a captured kernel has no function handle";
-      ok = false;
-      break;
-    }
-    if (p.extra) {  // the parameters as one buffer: {BUFFER_POINTER, p, BUFFER_SIZE, &n, END}
-      const void* buf = nullptr;
-      size_t size = 0;
-      int entries = 0;
-      for (void** e = p.extra; ok && *e != CU_LAUNCH_PARAM_END; e += 2, ++entries) {
-        if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
-        else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *static_cast<const size_t*>(e[1]);
-        else ok = false;
-        ok = ok && entries < 8;
-      }
-      if (!ok || !buf) {
-        *why = "a captured kernel's parameter buffer cannot be read";
-        ok = false;
-        break;
-      }
-      l.buffer_size = size;
-      l.bytes.assign((size + 7) / 8, 0);
-      std::memcpy(l.bytes.data(), buf, size);
-    } else {
-      size_t total = 0;
-      std::vector<std::pair<size_t, size_t>> params;  // (offset, size)
-      for (size_t i = 0; i < kMaxParams; ++i) {
-        size_t off = 0, size = 0;
-        if (d.FuncGetParamInfo(l.func, i, &off, &size) != CUDA_SUCCESS) break;  // past the last parameter
-        params.emplace_back(off, size);
-        total = std::max(total, off + size);
-      }
-      if (!params.empty() && !p.kernelParams) {
-        *why = "a captured kernel's parameters cannot be read";
-        ok = false;
-        break;
-      }
-      l.bytes.assign((total + 7) / 8, 0);
-      for (size_t i = 0; i < params.size(); ++i) {
-        std::memcpy(reinterpret_cast<char*>(l.bytes.data()) + params[i].first, p.kernelParams[i], params[i].second);
-        l.offsets.push_back(static_cast<uint32_t>(params[i].first));
-      }
-    }
+    l.func = k.func;
+    l.bytes = std::move(k.bytes);
+    l.offsets = std::move(k.offsets);
+    l.buffer_size = k.buffer_size;
     l.grid[0] = p.gridDimX, l.grid[1] = p.gridDimY, l.grid[2] = p.gridDimZ;
     l.block[0] = p.blockDimX, l.block[1] = p.blockDimY, l.block[2] = p.blockDimZ;
     l.shared_bytes = p.sharedMemBytes;

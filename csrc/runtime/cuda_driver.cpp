@@ -58,6 +58,12 @@ Driver load() {
   bind_optional(lib, d.GraphLaunch, "cuGraphLaunch");
   bind_optional(lib, d.GraphExecDestroy, "cuGraphExecDestroy");
   bind_optional(lib, d.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  bind_optional(lib, d.GraphMemcpyNodeGetParams, "cuGraphMemcpyNodeGetParams");
+  bind_optional(lib, d.GraphMemsetNodeGetParams, "cuGraphMemsetNodeGetParams");
+  bind_optional(lib, d.GraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2");
+  bind_optional(lib, d.GraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams");
+  bind_optional(lib, d.GraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams");
+  bind_optional(lib, d.FuncGetName, "cuFuncGetName");
   CUresult r = d.Init(0);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuInit failed with CUDA error " + std::to_string(r));
   return d;

@@ -47,6 +47,18 @@ struct Driver {
   CUresult (*GraphLaunch)(CUgraphExec, CUstream);
   CUresult (*GraphExecDestroy)(CUgraphExec);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  // Rebinding a whole-run graph's argument addresses (graph_rebind.h): read the copies and memsets,
+  // rewrite nodes of the executable graph. Optional: null where missing; graphs then bind addresses.
+  CUresult (*GraphMemcpyNodeGetParams)(CUgraphNode, CUDA_MEMCPY3D*);
+  CUresult (*GraphMemsetNodeGetParams)(CUgraphNode, CUDA_MEMSET_NODE_PARAMS*);
+  CUresult (*GraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*);
+  CUresult (*GraphExecMemcpyNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D*, CUcontext);
+  CUresult (*GraphExecMemsetNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS*, CUcontext);
+  CUresult (*FuncGetName)(const char**, CUfunction);  // CUDA 12.3; for messages only
+  bool rebind_api() const {
+    return capture_api() && GraphMemcpyNodeGetParams && GraphMemsetNodeGetParams && GraphExecKernelNodeSetParams &&
+           GraphExecMemcpyNodeSetParams && GraphExecMemsetNodeSetParams && CtxGetCurrent;
+  }
   bool graph_api() const {
     return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphDestroy && StreamIsCapturing &&
            GraphInstantiateWithFlags && GraphLaunch && GraphExecDestroy && MemcpyDtoDAsync;

@@ -34,14 +34,18 @@ GraphStats LoadedModule::graph_stats() const {
     g.graphs += s.graphs;
     g.captures += s.captures;
     g.replays += s.replays;
+    g.rebinds += s.rebinds;
   }
   return g;
 }
 
-std::vector<std::pair<int32_t, std::string>> LoadedModule::graph_refusals() const {
-  std::vector<std::pair<int32_t, std::string>> out;
-  for (size_t s = 0; s < specs_.size(); ++s)
-    if (specs_[s]->graphs().stopped()) out.emplace_back(static_cast<int32_t>(s), specs_[s]->graphs().why());
+std::vector<LoadedModule::GraphNote> LoadedModule::graph_notes() const {
+  std::vector<GraphNote> out;
+  for (size_t s = 0; s < specs_.size(); ++s) {
+    const SpecGraphs& g = specs_[s]->graphs();
+    if (g.stopped()) out.push_back({static_cast<int32_t>(s), true, g.why()});
+    else if (!g.keyed_by_address().empty()) out.push_back({static_cast<int32_t>(s), false, g.keyed_by_address()});
+  }
   return out;
 }
 

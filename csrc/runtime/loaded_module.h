@@ -44,7 +44,14 @@ class LoadedModule {
   SpecGraphs& graphs(int32_t spec) const { return specs_[spec]->graphs(); }
   GraphStats graph_stats() const;
   // Each spec that stopped using graphs, with why (explain).
-  std::vector<std::pair<int32_t, std::string>> graph_refusals() const;
+  // Per spec with something to say about its graphs: (spec, stopped, why). stopped: its runs do not
+  // replay as graphs; else its graphs are keyed by their arguments' addresses (not rebound).
+  struct GraphNote {
+    int32_t spec;
+    bool stopped;
+    std::string why;
+  };
+  std::vector<GraphNote> graph_notes() const;
   struct ReuseStats {
     int64_t holding = 0, escaped = 0, bytes = 0, recycled = 0;
   };

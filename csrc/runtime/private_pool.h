@@ -18,6 +18,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace trident::runtime {
 
@@ -27,6 +29,9 @@ struct PrivatePoolApi {
   std::function<bool(int device, void* stream, PoolId* pool)> begin;
   std::function<void(int device, const PoolId& pool)> end;
   std::function<void(int device, const PoolId& pool)> release;
+  // The pool's segments as [begin, end) address ranges (graph_rebind.h tells a graph's own memory
+  // from its arguments'); empty when unknown. Optional.
+  std::function<std::vector<std::pair<uint64_t, uint64_t>>(int device, const PoolId& pool)> segments;
 };
 
 void set_private_pool_api(PrivatePoolApi api);

@@ -2,6 +2,7 @@
 
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/clone.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <unordered_set>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/graph_rebind.h"
 #include "runtime/loaded_module.h"
 
 namespace trident::runtime {
@@ -34,6 +36,28 @@ const c10::StorageImpl* storage_of(const at::Tensor& t) {
 // The bytes of a dense tensor (is_non_overlapping_and_dense): one copy moves all of it.
 size_t dense_bytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
+// The bytes from t's data pointer to the end of its last element (0 when it has none).
+uint64_t extent_bytes(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return static_cast<uint64_t>((last + 1) * static_cast<int64_t>(t.element_size()));
+}
+
+// Whether the ranges [ptrs[i], ptrs[i] + extents[i]) are pairwise disjoint.
+bool disjoint(const c10::SmallVector<uint64_t, 32>& ptrs, const c10::SmallVector<uint64_t, 32>& extents) {
+  c10::SmallVector<std::pair<uint64_t, uint64_t>, 32> r;
+  for (size_t i = 0; i < ptrs.size(); ++i) r.emplace_back(ptrs[i], ptrs[i] + extents[i]);
+  std::sort(r.begin(), r.end());
+  for (size_t i = 1; i < r.size(); ++i)
+    if (r[i].first < r[i - 1].second) return false;
+  return true;
+}
+
+// The shift of the i-th bound argument in the moved captures (graph_rebind.h): distinct, changing
+// both 32-bit halves of an address, and a multiple of 64 KiB, which keeps every alignment the key holds.
+uint64_t shift_of(size_t i) { return static_cast<uint64_t>(i + 1) * 0x100010000ull; }
+
 }  // namespace
 
 bool in_graph_capture() { return t_in_capture; }
@@ -42,6 +66,9 @@ struct SpecGraphs::Graph {
   Key key;
   int device = -1;
   CUgraphExec exec = nullptr;
+  CUgraph graph = nullptr;               // kept while a rebind plan names its nodes
+  c10::SmallVector<uint64_t, 32> bound;  // the addresses its nodes hold (Keyed::ptrs)
+  std::optional<GraphRebind> rebind;
   std::optional<PoolId> pool;
   std::shared_ptr<const void> state_id;
   std::vector<std::pair<int32_t, at::Tensor>> statics;  // leaf -> the buffer the graph reads it from
@@ -52,6 +79,7 @@ struct SpecGraphs::Graph {
     // An executable graph still running is freed when it completes (cuGraphExecDestroy); its pool's
     // blocks go back to PyTorch after the tensors over them.
     if (exec) cuda::driver().GraphExecDestroy(exec);
+    if (graph) cuda::driver().GraphDestroy(graph);
     outputs.clear();
     statics.clear();
     if (pool)
@@ -69,6 +97,7 @@ GraphStats SpecGraphs::stats() const {
   s.graphs = static_cast<int64_t>(graphs_.size());
   s.captures = captures_;
   s.replays = replays_;
+  s.rebinds = rebinds_;
   return s;
 }
 
@@ -78,12 +107,13 @@ void SpecGraphs::stop(const std::string& why) {
   graphs_.clear();
 }
 
-bool SpecGraphs::key_of(const Call& c, Keyed& k) const {
+bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
   if (stopped_) return false;
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   const int dev = impl->getDevice().index();
-  Key& key = k.key;
-  c10::SmallVector<bool, 32>& copied = k.copied;
+  Key& key = kd.key;
+  c10::SmallVector<bool, 32>& copied = kd.copied;
+  kd.bound.clear(), kd.ptrs.clear(), kd.extents.clear();
   key.clear();
   copied.assign(static_cast<size_t>(c.nleaves), false);
   for (int32_t k = 0; k < c.nleaves; ++k) {
@@ -100,7 +130,14 @@ bool SpecGraphs::key_of(const Call& c, Keyed& k) const {
         key.append(l.sizes, l.sizes + l.dim);
         key.append(l.strides, l.strides + l.dim);
         key.push_back(l.storage_offset);
-        key.push_back(copied[k] ? -1 : static_cast<int64_t>(l.data_ptr));
+        if (copied[k]) {
+          key.push_back(-1);
+        } else {
+          key.push_back(l.data_ptr ? std::min(__builtin_ctzll(l.data_ptr), kAlignBits) : -2);
+          kd.bound.push_back(k);
+          kd.ptrs.push_back(l.data_ptr);
+          kd.extents.push_back(extent_bytes(*t));
+        }
         break;
       }
       case TRD_FLOAT: {
@@ -125,8 +162,8 @@ bool SpecGraphs::key_of(const Call& c, Keyed& k) const {
   key.push_back(dev);
   key.push_back(reinterpret_cast<int64_t>(st));
   key.push_back(reinterpret_cast<int64_t>(c.state_id.get()));
-  k.device = dev;
-  k.stream = st;
+  kd.device = dev;
+  kd.stream = st;
   return true;
 }
 
@@ -165,18 +202,41 @@ bool SpecGraphs::launched(const std::string& error) {
 }
 
 bool SpecGraphs::replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints) {
+  auto found = graphs_.end(), movable = graphs_.end();
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if ((*it)->key != k.key) continue;
-    graphs_.splice(graphs_.begin(), graphs_, it);  // most recently replayed first
-    return launched(launch(*graphs_.front(), c, f, out_ints, k.stream));
+    if ((*it)->bound == k.ptrs) {
+      found = it;
+      break;
+    }
+    if ((*it)->rebind && movable == graphs_.end()) movable = it;
   }
-  return false;
+  if (found == graphs_.end()) {
+    // Another graph of this key whose addresses can be rewritten: rebind it to the call's, when the
+    // call's arguments do not overlap (the capture's did not).
+    if (movable == graphs_.end() || !disjoint(k.ptrs, k.extents)) return false;
+    Graph& g = **movable;
+    if (const CUresult r = g.rebind->apply(g.exec, k.ptrs.data()); r != CUDA_SUCCESS) {
+      // Some nodes may hold the new addresses and some the old: the graph is no longer one to launch.
+      bind_why_ = "rebinding a graph failed (" + driver_error(r) + "); its key captures again";
+      graphs_.erase(movable);
+      cuda::clear_runtime_error();
+      return false;
+    }
+    g.bound = k.ptrs;
+    ++rebinds_;
+    found = movable;
+  }
+  graphs_.splice(graphs_.begin(), graphs_, found);  // most recently replayed first
+  return launched(launch(*graphs_.front(), c, f, out_ints, k.stream));
 }
 
 bool SpecGraphs::should_capture(const Keyed& k) {
-  auto it = std::find_if(recent_.begin(), recent_.end(), [&](const auto& e) { return e.first == k.key; });
+  Key full = k.key;  // keyed by addresses too: a graph that could not rebind serves its own only
+  for (uint64_t p : k.ptrs) full.push_back(static_cast<int64_t>(p));
+  auto it = std::find_if(recent_.begin(), recent_.end(), [&](const auto& e) { return e.first == full; });
   if (it == recent_.end()) {
-    recent_.emplace_front(k.key, 0);
+    recent_.emplace_front(std::move(full), 0);
     if (recent_.size() > kRecentKeys) recent_.pop_back();
     it = recent_.begin();
   }
@@ -185,9 +245,77 @@ bool SpecGraphs::should_capture(const Keyed& k) {
   return true;
 }
 
+namespace {
+
+// Runs the program under stream capture on `side`; the graph in *graph, or the error.
+std::string run_captured(const LoadedModule& mod, int32_t spec, trd_frame& f, const trd_leaf* leaves,
+                         int64_t* out_ints, int device, CUstream side, CUgraph* graph) {
+  const auto& d = cuda::driver();
+  bool ran = false;
+  CUresult began, ended = CUDA_SUCCESS;
+  {
+    cuda::CurrentStreamIs on_side(device, side);
+    began = d.StreamBeginCapture(side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (began == CUDA_SUCCESS) {
+      t_in_capture = true;
+      ran = mod.run(spec, f, leaves, out_ints);
+      t_in_capture = false;
+      ended = d.StreamEndCapture(side, graph);
+    }
+  }
+  if (began != CUDA_SUCCESS) return "cuStreamBeginCapture: " + driver_error(began);
+  if (!ran) return "the program failed under stream capture: " + first_line(f.error);
+  if (ended != CUDA_SUCCESS || !*graph) return "cuStreamEndCapture: " + driver_error(ended);
+  return {};
+}
+
+// Drops what a failed or discarded capture left: its graph, the frame's error, CUDA's last error.
+void discard(CUgraph* graph, trd_frame& f) {
+  if (*graph) cuda::driver().GraphDestroy(*graph), *graph = nullptr;
+  cuda::clear_runtime_error();
+  f.error.clear();
+  f.error_kind = trd_frame::ErrorKind::kRuntime;
+}
+
+// Runs the program under capture with each bound argument moved by `times` times its shift
+// (graph_rebind.h), the other arguments as `args` has them; the graph in *out, or the error. The
+// frame's slots are emptied after.
+std::string capture_moved(const LoadedModule& mod, int32_t spec, const SpecGraphs::Call& c, const SpecGraphs::Keyed& k,
+                          const c10::SmallVector<const at::Tensor*, 32>& args, uint64_t times, trd_frame& f,
+                          CUstream side, int32_t nout_ints, CUgraph* out) {
+  c10::SmallVector<trd_leaf, 32> leaves(c.leaves, c.leaves + c.nleaves);
+  std::vector<at::Tensor> fakes;
+  fakes.reserve(k.bound.size());
+  c10::SmallVector<const at::Tensor*, 32> moved(args.begin(), args.end());
+  for (size_t j = 0; j < k.bound.size(); ++j) {
+    const int32_t leaf = k.bound[j];
+    const at::Tensor& t = *c.args[leaf];
+    const uint64_t shift = times * shift_of(j);
+    leaves[leaf].data_ptr += shift;
+    // Never dereferenced: nothing runs under capture. The device is named, so PyTorch does not ask
+    // the driver which device the made-up address belongs to.
+    char* base = static_cast<char*>(t.data_ptr()) - t.storage_offset() * t.element_size() + shift;
+    fakes.push_back(at::for_blob(base, t.sizes())
+                        .strides(t.strides())
+                        .storage_offset(t.storage_offset())
+                        .options(t.options())
+                        .target_device(t.device())
+                        .make_tensor());
+    moved[leaf] = &fakes.back();
+  }
+  const at::Tensor* const* before = f.args;
+  f.args = moved.data();
+  c10::SmallVector<int64_t, 16> ints(static_cast<size_t>(std::max(nout_ints, 1)));  // discarded
+  const std::string why = run_captured(mod, spec, f, leaves.data(), ints.data(), k.device, side, out);
+  for (int32_t s = 0; s < mod.num_slots(spec); ++s) f.slots[s].reset();
+  f.args = before;
+  return why;
+}
+
+}  // namespace
+
 bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, const Keyed& k, trd_frame& f,
                          int64_t* out_ints, int32_t nout_ints) {
-  const auto& d = cuda::driver();
   const PrivatePoolApi* api = private_pool_api();
   if (!api) return stop("no private memory pool API (trident._compat.private_pool_api)"), false;
   auto g = std::make_unique<Graph>();
@@ -214,30 +342,35 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   const bool caller_keeps = f.keeps_buffers;
   f.args = args.data();
   f.keeps_buffers = false;  // module-kept buffers are memory other runs use: the graph's are its pool's
-  bool ran = false;
   CUgraph graph = nullptr;
-  CUresult began, ended = CUDA_SUCCESS;
-  {
-    cuda::CurrentStreamIs on_side(g->device, side);
-    began = d.StreamBeginCapture(side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    if (began == CUDA_SUCCESS) {
-      t_in_capture = true;
-      ran = mod.run(spec, f, c.leaves, out_ints);
-      t_in_capture = false;
-      ended = d.StreamEndCapture(side, &graph);
+  std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph);
+  const int32_t nslots = mod.num_slots(spec);
+  for (int32_t s = 0; s < nslots; ++s)
+    if (f.slots[s].defined()) g->outputs.emplace_back(s, std::move(f.slots[s]));
+  // The same program twice more with the bound arguments moved, for the rebind plan (graph_rebind.h).
+  std::vector<RebindArg> moved_args;
+  CUgraph moved[2] = {nullptr, nullptr};
+  std::string bind_why;  // why this graph will not rebind
+  if (why.empty() && !k.bound.empty()) {
+    if (!disjoint(k.ptrs, k.extents)) {
+      bind_why = "its tensor arguments overlap";
+    } else if (!api->segments) {
+      bind_why = "no way to read the private pool's segments (trident._compat.private_pool_api)";
+    } else {
+      for (size_t j = 0; j < k.bound.size(); ++j) moved_args.push_back({k.ptrs[j], k.extents[j], shift_of(j)});
+      for (uint64_t times = 1; times <= 2 && bind_why.empty(); ++times) {
+        CUgraph& m = moved[times - 1];
+        if (std::string no = capture_moved(mod, spec, c, k, args, times, f, side, nout_ints, &m); !no.empty()) {
+          bind_why = "the program with its arguments moved: " + no;
+          discard(&m, f);
+        }
+      }
     }
   }
   api->end(g->device, pool);
   f.args = caller_args;
   f.keeps_buffers = caller_keeps;
 
-  const int32_t nslots = mod.num_slots(spec);
-  for (int32_t s = 0; s < nslots; ++s)
-    if (f.slots[s].defined()) g->outputs.emplace_back(s, std::move(f.slots[s]));
-  std::string why;
-  if (began != CUDA_SUCCESS) why = "cuStreamBeginCapture: " + driver_error(began);
-  else if (!ran) why = "the program failed under stream capture: " + first_line(f.error);
-  else if (ended != CUDA_SUCCESS || !graph) why = "cuStreamEndCapture: " + driver_error(ended);
   if (why.empty()) {
     // Results are copied out after each replay: one sharing memory with anything the caller or the
     // module holds, or with another result, could not be.
@@ -254,18 +387,28 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
     }
   }
   if (why.empty()) {
-    if (const CUresult r = d.GraphInstantiateWithFlags(&g->exec, graph, 0); r != CUDA_SUCCESS)
+    if (const CUresult r = cuda::driver().GraphInstantiateWithFlags(&g->exec, graph, 0); r != CUDA_SUCCESS)
       why = "cuGraphInstantiate: " + driver_error(r), g->exec = nullptr;
   }
-  if (graph) d.GraphDestroy(graph);
+  if (why.empty() && moved[0] && moved[1]) {
+    const AddressRanges segments = api->segments(g->device, pool);
+    std::string plan_why;
+    g->rebind = GraphRebind::plan(graph, moved[0], moved[1], moved_args, segments, &plan_why);
+    if (!g->rebind) bind_why = plan_why;
+  }
+  for (CUgraph m : moved)
+    if (m) cuda::driver().GraphDestroy(m);
+  if (g->rebind) g->graph = graph;  // the plan names its nodes
+  else if (graph) cuda::driver().GraphDestroy(graph);
+  graph = nullptr;
   if (!why.empty()) {
-    cuda::clear_runtime_error();
-    f.error.clear();
-    f.error_kind = trd_frame::ErrorKind::kRuntime;
+    discard(&graph, f);
     g.reset();
     stop(why);
     return false;
   }
+  bind_why_ = bind_why;
+  g->bound = k.ptrs;
   g->out_ints.assign(out_ints, out_ints + nout_ints);
   g->state_id = c.state_id;
   ++captures_;

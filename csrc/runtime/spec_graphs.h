@@ -6,9 +6,15 @@
 //   - Key. A graph serves exactly the calls whose key equals the one it was captured with: device,
 //     the caller's current stream, the module state set (its identity: a new set after any state
 //     change), and per argument leaf its kind and value (ints and bools by value, floats by bit
-//     pattern, tensors by dtype, sizes, strides, offset and data pointer). What the program writes
-//     in place (a KV cache) is therefore the caller's own memory at every replay: stale addresses
-//     are never replayed, in-place writes land in the caller's tensors.
+//     pattern, tensors by dtype, sizes, strides, offset and the data pointer's alignment up to
+//     kAlignBits bits, the caching allocator's granularity).
+//   - Addresses. A graph's nodes hold its tensor arguments' addresses; a call with other addresses
+//     (a new KV cache per generate(), a freed and reallocated argument) first rewrites the nodes
+//     that hold them (graph_rebind.h: found by a second capture with the arguments moved, checked
+//     word by word), so in-place writes land in the caller's tensors and stale addresses are never
+//     replayed. A graph whose captures cannot prove where its addresses are is keyed by them
+//     instead (a call with other addresses counts towards a capture of its own), and explain says
+//     why; so are arguments whose extents overlap.
 //   - Copied arguments. A tensor leaf the program does not write (the spec's `writes`), dense and at
 //     most kCopyBytes, is keyed without its data pointer: the graph reads a static buffer of its
 //     own, and each replay first copies the caller's tensor into it (a decode step's new token ids).
@@ -54,7 +60,7 @@ bool in_graph_capture();
 
 // Graph-mode counters of one module (counters()).
 struct GraphStats {
-  int64_t graphs = 0, captures = 0, replays = 0;
+  int64_t graphs = 0, captures = 0, replays = 0, rebinds = 0;
 };
 
 // One spec's graphs. Used under the module's run lock (the bindings' run_spec).
@@ -64,6 +70,7 @@ class SpecGraphs {
   static constexpr int kMaxGraphs = 4;
   static constexpr int64_t kCopyBytes = 1 << 16;
   static constexpr size_t kRecentKeys = 8;
+  static constexpr int kAlignBits = 9;  // 512 bytes: every block of PyTorch's caching allocator
 
   // What one call of the spec needs: its leaves and tensors, what the program writes, the state.
   struct Call {
@@ -86,6 +93,9 @@ class SpecGraphs {
   struct Keyed {
     Key key;
     c10::SmallVector<bool, 32> copied;  // per leaf: copied into the graph's buffer, not keyed by address
+    c10::SmallVector<int32_t, 32> bound;  // the tensor leaves whose addresses the graph's nodes hold
+    c10::SmallVector<uint64_t, 32> ptrs;  // their data pointers, and the bytes their elements span
+    c10::SmallVector<uint64_t, 32> extents;
     int device = -1;
     void* stream = nullptr;             // the caller's current stream
   };
@@ -104,6 +114,8 @@ class SpecGraphs {
 
   bool stopped() const { return stopped_; }
   const std::string& why() const { return why_; }
+  // Why the spec's last graph is keyed by its arguments' addresses (not rebound); empty otherwise.
+  const std::string& keyed_by_address() const { return bind_why_; }
   GraphStats stats() const;
 
  private:
@@ -117,8 +129,8 @@ class SpecGraphs {
   std::list<std::unique_ptr<Graph>> graphs_;  // most recently replayed first
   std::list<std::pair<Key, int>> recent_;  // keys of recent calls without a graph, with their counts
   bool stopped_ = false;
-  std::string why_;
-  int64_t captures_ = 0, replays_ = 0;
+  std::string why_, bind_why_;
+  int64_t captures_ = 0, replays_ = 0, rebinds_ = 0;
 };
 
 }  // namespace trident::runtime

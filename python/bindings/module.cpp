@@ -22,6 +22,7 @@
 #include "runtime/lt_gemm.h"
 #include "runtime/op_replay.h"
 #include "runtime/private_pool.h"
+#include "runtime/rebind_words.h"
 #include "scm_object.h"
 
 namespace trident::bindings {
@@ -240,18 +241,19 @@ PyObject* call_pool_fn(PyObject* fn, int device, const runtime::PoolId* pool, vo
   return r;
 }
 
-// set_private_pool_api(begin, end, release): PyTorch's routing of a thread's CUDA allocations to a
-// private pool (trident._compat.private_pool_api), for the ATen replay sites (private_pool.h):
-// begin(device, caller stream handle) -> pool id (two ints), end(device, pool), release(device,
-// pool) (python/trident/recording_pools.py). Kept for the process.
+// set_private_pool_api(begin, end, release, segments): PyTorch's routing of a thread's CUDA
+// allocations to a private pool (trident._compat.private_pool_api), for the ATen replay sites and
+// graph captures (private_pool.h): begin(device, caller stream handle) -> pool id (two ints),
+// end(device, pool), release(device, pool) (python/trident/recording_pools.py), segments(device,
+// pool) -> [(address, bytes)]. Kept for the process.
 PyObject* py_set_private_pool_api(PyObject*, PyObject* args) {
-  PyObject *begin, *end, *release;
-  if (!PyArg_ParseTuple(args, "OOO", &begin, &end, &release)) return nullptr;
-  if (!PyCallable_Check(begin) || !PyCallable_Check(end) || !PyCallable_Check(release)) {
-    PyErr_SetString(PyExc_TypeError, "set_private_pool_api(begin, end, release) takes three callables");
+  PyObject *begin, *end, *release, *segments;
+  if (!PyArg_ParseTuple(args, "OOOO", &begin, &end, &release, &segments)) return nullptr;
+  if (!PyCallable_Check(begin) || !PyCallable_Check(end) || !PyCallable_Check(release) || !PyCallable_Check(segments)) {
+    PyErr_SetString(PyExc_TypeError, "set_private_pool_api(begin, end, release, segments) takes four callables");
     return nullptr;
   }
-  Py_INCREF(begin), Py_INCREF(end), Py_INCREF(release);  // kept for the process
+  Py_INCREF(begin), Py_INCREF(end), Py_INCREF(release), Py_INCREF(segments);  // kept for the process
   runtime::PrivatePoolApi api;
   api.begin = [begin](int device, void* stream, runtime::PoolId* pool) {
     PyObject* r = call_pool_fn(begin, device, nullptr, stream);
@@ -276,8 +278,68 @@ PyObject* py_set_private_pool_api(PyObject*, PyObject* args) {
   };
   api.end = forward(end);
   api.release = forward(release);
+  api.segments = [segments](int device, const runtime::PoolId& pool) {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    PyObject* r = call_pool_fn(segments, device, &pool);
+    if (!r) return out;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject* seq = PySequence_Fast(r, "segments() returns a sequence");  // new ref
+    for (Py_ssize_t i = 0; seq && i < PySequence_Fast_GET_SIZE(seq); ++i) {
+      unsigned long long addr = 0, bytes = 0;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KK", &addr, &bytes)) {
+        out.clear();  // unknown segments: no plan rather than a partial one
+        break;
+      }
+      out.emplace_back(addr, addr + bytes);
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+    Py_XDECREF(seq);
+    Py_DECREF(r);
+    PyGILState_Release(g);
+    return out;
+  };
   runtime::set_private_pool_api(std::move(api));
   Py_RETURN_NONE;
+}
+
+// _rebind_word(va, vb, vc, args, pool) -> (kind, arg, delta): how a graph word with values va, vb,
+// vc in three captures relates to the arguments [(ptr, extent, shift)] and the pool [(begin, end)]
+// (runtime/rebind_words.h). For tests of the rules on machines without a GPU.
+PyObject* py_rebind_word(PyObject*, PyObject* args) {
+  unsigned long long va, vb, vc;
+  PyObject *py_args, *py_pool;
+  if (!PyArg_ParseTuple(args, "KKKOO", &va, &vb, &vc, &py_args, &py_pool)) return nullptr;
+  std::vector<runtime::RebindArg> rargs;
+  runtime::AddressRanges pool;
+  auto read = [](PyObject* seq, const char* what, auto&& add) {
+    PyObject* fast = PySequence_Fast(seq, what);  // new ref
+    if (!fast) return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i)
+      if (!add(PySequence_Fast_GET_ITEM(fast, i))) return Py_DECREF(fast), false;
+    Py_DECREF(fast);
+    return true;
+  };
+  const bool ok =
+      read(py_args, "args: a sequence of (ptr, extent, shift)", [&](PyObject* t) {
+        runtime::RebindArg r;
+        unsigned long long p, e, sh;
+        if (!PyArg_ParseTuple(t, "KKK", &p, &e, &sh)) return false;
+        r.ptr = p, r.extent = e, r.shift = sh;
+        rargs.push_back(r);
+        return true;
+      }) &&
+      read(py_pool, "pool: a sequence of (begin, end)", [&](PyObject* t) {
+        unsigned long long b, e;
+        if (!PyArg_ParseTuple(t, "KK", &b, &e)) return false;
+        pool.emplace_back(b, e);
+        return true;
+      });
+  if (!ok) return nullptr;
+  int arg = -1;
+  uint64_t delta = 0;
+  const runtime::Word w = runtime::WordClassifier{rargs, pool}.classify(va, vb, vc, &arg, &delta);
+  static const char* const names[] = {"site", "unmoved", "pool", "encoded", "no_shift", "stuck"};
+  return Py_BuildValue("(siK)", names[static_cast<int>(w)], arg, (unsigned long long)delta);
 }
 
 PyMethodDef methods[] = {
@@ -304,8 +366,9 @@ PyMethodDef methods[] = {
      "_set_aten_replay(on) -> previous: ATen replay sites for modules loaded from now on (diagnostics)."},
     {"_set_linear_nd", py_set_linear_nd, METH_O,
      "_set_linear_nd(on) -> previous: N-D linear inputs without views, for modules loaded from now on (diagnostics)."},
+    {"_rebind_word", py_rebind_word, METH_VARARGS, "_rebind_word(va, vb, vc, args, pool): a graph word's kind (tests)."},
     {"set_private_pool_api", py_set_private_pool_api, METH_VARARGS,
-     "set_private_pool_api(begin, end, release): private-pool routing for the ATen replay sites."},
+     "set_private_pool_api(begin, end, release, segments): private-pool routing for replay sites and graphs."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "trident._C", "torch-trident native core", -1, methods};

@@ -453,7 +453,7 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   if (st->loaded)
     reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats(), replay = st->loaded->replay_stats(),
     graphs = st->loaded->graph_stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:d,s:K,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
+  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:d,s:K,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
                        "misses", (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
                        "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
                        (unsigned long long)st->fallbacks, "module_cache_loads",
@@ -465,16 +465,18 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
                        "cublaslt_declined", (long long)gemm.declined, "cublaslt_replayed",
                        (long long)gemm.replayed, "aten_replay_sites", (long long)replay.sites, "aten_replayed",
                        (long long)replay.replaying, "graphs", (long long)graphs.graphs, "graph_captures",
-                       (long long)graphs.captures, "graph_replays", (long long)graphs.replays);
+                       (long long)graphs.captures, "graph_replays", (long long)graphs.replays, "graph_rebinds",
+                       (long long)graphs.rebinds);
 }
 
-// graph_refusals() -> [(spec, why)]: each specialization whose runs do not replay as CUDA graphs.
-PyObject* scm_graph_refusals(PyObject* py_self, PyObject*) {
+// graph_notes() -> [(spec, stopped, why)]: each specialization whose runs do not replay as CUDA
+// graphs (stopped), or whose graphs are keyed by their arguments' addresses (runtime/spec_graphs.h).
+PyObject* scm_graph_notes(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
   PyObject* out = PyList_New(0);  // new ref
   if (!out || !st->loaded || !st->graphs) return out;
-  for (const auto& [spec, why] : st->loaded->graph_refusals()) {
-    PyObject* item = Py_BuildValue("(is)", spec, why.c_str());  // new ref
+  for (const auto& note : st->loaded->graph_notes()) {
+    PyObject* item = Py_BuildValue("(iOs)", note.spec, note.stopped ? Py_True : Py_False, note.why.c_str());  // new ref
     if (!item || PyList_Append(out, item) < 0) {
       Py_XDECREF(item);
       Py_DECREF(out);
@@ -565,7 +567,7 @@ PyMethodDef scm_methods[] = {
     {"note_fallback", scm_note_fallback, METH_NOARGS, "Count one call the Python layer ran eagerly."},
     {"spec_runs", scm_spec_runs, METH_NOARGS, "[runs of each specialization]."},
     {"branch_missed", scm_branch_missed, METH_NOARGS, "Whether the miss being handled took an untraced branch."},
-    {"graph_refusals", scm_graph_refusals, METH_NOARGS, "[(spec, why)]: specializations not replayed as CUDA graphs."},
+    {"graph_notes", scm_graph_notes, METH_NOARGS, "[(spec, stopped, why)]: what keeps specs' graphs from serving every call."},
     {"ir", scm_ir, METH_NOARGS, "Host IR of every specialization (after planning)."},
     {"paths", scm_paths, METH_NOARGS, "(generated source path, shared object path) of the spec added last."},
     {"selector_paths", scm_selector_paths, METH_NOARGS, "(generated source path, shared object path) of the selector."},

@@ -24,7 +24,8 @@ _kept_bytes()  # a malformed TRIDENT_KEPT_BYTES fails at import, not silently in
 
 _recording_pools = _compat.private_pool_api()  # for the ATen calls that replay (csrc/runtime/op_replay.h)
 if _recording_pools is not None:
-    _C.set_private_pool_api(_recording_pools.begin, _recording_pools.end, _recording_pools.release)
+    _C.set_private_pool_api(_recording_pools.begin, _recording_pools.end, _recording_pools.release,
+                            _recording_pools.segments)
 
 _state.install_hooks()
 
@@ -115,7 +116,8 @@ def counters(compiled) -> dict:
     aten_replay_sites, aten_replayed (sites doing so now: same inputs as the call before, first
     replay bit for bit equal, results not held elsewhere; TRIDENT_ATEN_REPLAY=0 turns it off);
     and with graphs=True: graphs (CUDA graphs held now), graph_captures, graph_replays (calls served
-    by one graph launch). Where a miss's time went, summed over misses: capture_seconds
+    by one graph launch), graph_rebinds (replays that first rewrote a graph for new argument
+    addresses, such as a new KV cache). Where a miss's time went, summed over misses: capture_seconds
     (torch.export), lowering_seconds (to host IR, Triton compiles included), compile_seconds (the C
     compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects
     built or loaded from the cache, one per specialization added (the others are reused)."""

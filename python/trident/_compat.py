@@ -98,7 +98,16 @@ def private_pool_api():
     from .recording_pools import RecordingPools
     return RecordingPools(C._cuda_beginAllocateCurrentThreadToPool, C._cuda_endAllocateToPool, C._cuda_releasePool,
                           torch.cuda.graph_pool_handle,
-                          lambda device: torch.cuda.memory_stats_as_nested_dict(device)["allocation"]["all"]["freed"])
+                          lambda device: torch.cuda.memory_stats_as_nested_dict(device)["allocation"]["all"]["freed"],
+                          _pool_segments)
+
+
+def _pool_segments(device: int, pool) -> list[tuple[int, int]]:
+    """The segments of PyTorch's private pool `pool` on `device`, as (address, bytes): the memory a
+    CUDA graph captured into it owns (csrc/runtime/graph_rebind.h tells it from the arguments')."""
+    pool = tuple(pool)
+    return [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot()
+            if s["device"] == device and tuple(s["segment_pool_id"]) == pool]
 
 
 # Dynamo installs each graph it compiles as a global `__compiled_fn_<n>_<uuid>` in the namespace

@@ -39,8 +39,10 @@ def explain(compiled, *args, **kwargs) -> str:
         lines.append(f"  cuBLASLt sites not replaying ({sites} in this process): {why}")
     for why, sites in _C.aten_replay_refusals():
         lines.append(f"  ATen call sites not replaying ({sites} in this process): {why}")
-    for spec, why in scm.graph_refusals():  # graphs=True only
-        lines.append(f"  spec {spec} does not replay as a CUDA graph: {why}")
+    for spec, stopped, why in scm.graph_notes():  # graphs=True only
+        lines.append(f"  spec {spec} does not replay as a CUDA graph: {why}" if stopped else
+                     f"  spec {spec}'s CUDA graphs are keyed by their arguments' addresses (a call with new "
+                     f"addresses captures a graph of its own): {why}")
     if args or kwargs:
         choice = scm.select(*args, **kwargs)
         lines.append(f"  these arguments select: {'spec %d' % choice if choice >= 0 else 'nothing (miss)'}")

@@ -33,14 +33,16 @@ Pool = Hashable  # PyTorch's pool id, a pair of ints
 
 
 class RecordingPools:
-    """begin/end/release as the native runtime calls them (csrc/runtime/private_pool.h), over
-    PyTorch's functions: begin_routing(device, pool), end_routing(device, pool), release_pool(device,
-    pool), new_pool() -> an unused id, frees(device) -> the device's cumulative count of freed blocks."""
+    """begin/end/release/segments as the native runtime calls them (csrc/runtime/private_pool.h),
+    over PyTorch's functions: begin_routing(device, pool), end_routing(device, pool),
+    release_pool(device, pool), new_pool() -> an unused id, frees(device) -> the device's cumulative
+    count of freed blocks, pool_segments(device, pool) -> [(address, bytes)]."""
 
     def __init__(self, begin_routing: Callable, end_routing: Callable, release_pool: Callable,
-                 new_pool: Callable[[], Pool], frees: Callable[[int], int]):
+                 new_pool: Callable[[], Pool], frees: Callable[[int], int],
+                 pool_segments: Callable[[int, Pool], list] = lambda device, pool: []):
         self._begin_routing, self._end_routing, self._release_pool = begin_routing, end_routing, release_pool
-        self._new_pool, self._frees = new_pool, frees
+        self._new_pool, self._frees, self._pool_segments = new_pool, frees, pool_segments
         self._lock = threading.Lock()
         self._current: dict[tuple[int, int], Pool] = {}  # (device, stream) -> the pool recordings share
         self._uses: dict[tuple[int, Pool], int] = {}     # (device, pool) -> PyTorch's use count
@@ -82,6 +84,10 @@ class RecordingPools:
                 self._uses.pop((device, pool), None)
                 self._forget(device, pool)
             self._release_pool(device, pool)
+
+    def segments(self, device: int, pool: Pool) -> list[tuple[int, int]]:
+        """The pool's segments as (address, bytes); read outside the lock (a snapshot of PyTorch's)."""
+        return list(self._pool_segments(device, tuple(pool)))
 
     def pools(self) -> int:
         """Pools with uses: those recordings share, those retired and still used."""

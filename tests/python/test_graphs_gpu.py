@@ -99,7 +99,7 @@ def test_two_functions_sharing_a_cache_both_replay_and_see_each_others_writes():
     assert trident.counters(fw)["graph_replays"] > 0 and trident.counters(fr)["graph_replays"] > 0
 
 
-def test_an_argument_freed_and_reallocated_elsewhere_is_captured_again_never_replayed_stale():
+def test_an_argument_freed_and_reallocated_elsewhere_is_rebound_never_replayed_stale():
     require_cuda()
 
     def scale_into(src, dst):
@@ -107,7 +107,7 @@ def test_an_argument_freed_and_reallocated_elsewhere_is_captured_again_never_rep
         return dst.sum()
 
     fast = trident.compile(scale_into, graphs=True)
-    src = torch.randn(4096 * 8, device="cuda")  # above the copied-argument size: keyed by address
+    src = torch.randn(4096 * 8, device="cuda")  # above the copied-argument size: its address is in the graph
     dst = torch.zeros_like(src)
     for _ in range(5):
         fast(src, dst)
@@ -120,7 +120,51 @@ def test_an_argument_freed_and_reallocated_elsewhere_is_captured_again_never_rep
     assert dst2.data_ptr() == dst2_ptr
     torch.testing.assert_close(dst2, src * 2.0, rtol=0, atol=0)
     torch.testing.assert_close(out, (src * 2.0).sum(), rtol=0, atol=0)
-    assert trident.counters(fast)["graph_captures"] == 2
+    c = trident.counters(fast)
+    assert (c["graph_captures"], c["graph_rebinds"], c["graph_replays"]) == (1, 1, 3 + 5), c
+    assert "keyed by their arguments' addresses" not in trident.explain(fast)
+
+
+def test_a_new_cache_per_generation_rebinds_one_graph_and_writes_each_new_cache():
+    """generate() makes a new KV cache per call: the decode graph is rewritten for its address (no
+    new capture), the writes land in the new cache, and the old cache is never touched again."""
+    require_cuda()
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device="cuda") / 8
+    fast = trident.compile(decode_step, graphs=True)
+    kept = []
+    for generation in range(4):
+        mine, theirs = torch.zeros(256, 64, device="cuda"), torch.zeros(256, 64, device="cuda")
+        x = torch.randn(1, 64, device="cuda")
+        for step in range(8):
+            pos = torch.tensor([step], device="cuda")
+            want, got = decode_step(x, theirs, pos, w), fast(x, mine, pos, w)
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            x = want.tanh()
+        assert torch.equal(mine, theirs)
+        kept.append((mine.clone(), mine))
+    for snapshot, cache in kept:  # a later generation never wrote an earlier cache
+        assert torch.equal(snapshot, cache)
+    c = trident.counters(fast)
+    assert (c["graph_captures"], c["graph_rebinds"]) == (1, 3), c
+    assert c["graph_replays"] == 4 * 8 - 2, c
+
+
+def test_two_caches_used_in_turn_rebind_at_each_switch_with_eager_results():
+    require_cuda()
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device="cuda") / 8
+    fast = trident.compile(decode_step, graphs=True)
+    mine = [torch.zeros(128, 64, device="cuda") for _ in range(2)]
+    theirs = [torch.zeros(128, 64, device="cuda") for _ in range(2)]
+    x = torch.randn(1, 64, device="cuda")
+    for step in range(20):
+        k, pos = step % 2, torch.tensor([step // 2], device="cuda")
+        want, got = decode_step(x, theirs[k], pos, w), fast(x, mine[k], pos, w)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+    c = trident.counters(fast)
+    assert c["graph_captures"] == 1 and c["graph_rebinds"] >= 15, c
 
 
 def test_interleaved_batch_sizes_each_get_a_graph():
@@ -196,3 +240,26 @@ def test_a_transformers_static_cache_decode_replays_with_eager_tokens():
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
     c = trident.counters(fast)
     assert c["fallbacks"] == 0 and c["graph_replays"] >= 15, c
+
+
+def test_generate_with_a_new_static_cache_per_call_rebinds_the_decode_graph_with_eager_tokens():
+    """model.forward compiled with graphs=True, then generate() as users call it: each call makes a
+    new StaticCache; after the first call the decode graph is rebound, never captured again."""
+    require_cuda()
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    ids = torch.randint(1, 128, (1, 6), device="cuda")
+    kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, cache_implementation="static", pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, disable_compile=True, **kw)
+        model.forward = trident.compile(model.forward, graphs=True)
+        got = [model.generate(ids, **kw) for _ in range(3)]
+    for g in got:
+        assert torch.equal(g, want)
+    c = trident.counters(model.forward)
+    assert c["fallbacks"] == 0 and c["graph_captures"] == 1 and c["graph_rebinds"] == 2, c
+    assert c["graph_replays"] >= 3 * 11 - 2 - 2, c  # every decode step but the first call's first two

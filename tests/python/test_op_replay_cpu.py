@@ -73,8 +73,8 @@ def test_the_private_pool_api_is_found_and_installed_checks_its_arguments():
     api = _compat.private_pool_api()
     assert api is not None and api is not trident._recording_pools  # torch >= 2.8 has PyTorch's bindings
     assert trident._recording_pools.pools() == 0
-    with pytest.raises(TypeError, match="three callables"):
-        _C.set_private_pool_api(1, 2, 3)
+    with pytest.raises(TypeError, match="four callables"):
+        _C.set_private_pool_api(1, 2, 3, 4)
     assert _C.aten_replay_refusals() == []  # nothing recorded on a CPU: no site has stopped
 
 

@@ -81,15 +81,18 @@ def build(name: str, layers: int | None, liger: bool, device: str = "cuda", dims
     return model.eval().requires_grad_(False)
 
 
+WARMUP_STEPS = 4  # graph mode captures at a key's third call: the timed steps are all warm
+
+
 def decode(step, model, prompt, steps, max_len):
-    """Prefill, two warm-up steps, then `steps` timed steps; returns (tokens, seconds per step)."""
+    """Prefill, WARMUP_STEPS warm-up steps, then `steps` timed steps; returns (tokens, seconds per step)."""
     from transformers import StaticCache
     cache = StaticCache(config=model.config, max_cache_len=max_len)
     with torch.no_grad():
         logits = step(prompt, cache)
         tok = logits[:, -1:].argmax(-1)
         toks = [tok]
-        for _ in range(2):
+        for _ in range(WARMUP_STEPS):
             tok = step(tok, cache)[:, -1:].argmax(-1)
             toks.append(tok)
         torch.cuda.synchronize()
@@ -196,8 +199,8 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
 def run_generate(mode, model, prompt, steps, max_len, log):
     """generate() with the static cache: eager (transformers' automatic torch.compile off), transformers'
     own automatic compile (generate-hf-compile), or model.forward compiled by trident (which turns
-    the automatic compile off for that model). Each call of generate() makes a new StaticCache, so
-    graph mode captures each call's decode graph anew; the warm-up generates the longest output
+    the automatic compile off for that model). Each call of generate() makes a new StaticCache: graph
+    mode rebinds its decode graph to the new cache's addresses; the warm-up generates the longest output
     first (later calls keep that cache length: no new specialization). Reported: ms per new token
     of the longer call, prefill included, and the split of generate()'s time into a per-call cost
     and a per-token cost, from two lengths."""

@@ -18,9 +18,9 @@ CHANGE (default mask) is one of OFF's keys:
 - convert: the rotary's dtype conversions (positions to fp32, cos and sin to the model's dtype) stay
   ATen calls;
 - linear_nd: the linears of [B, 1, K] activations flatten them to 2-D and view the result back, as
-  ATen's linear does (csrc/runtime/aten_typed_gemm.h). The change is off by default: run with
+  ATen's linear does (csrc/runtime/gemm/aten_typed_gemm.h). The change is off by default: run with
   TRIDENT_LINEAR_ND=1 so that "as built" has it;
-- aten_replay: cuDNN attention never replays its recorded launches (csrc/runtime/op_replay.h).
+- aten_replay: cuDNN attention never replays its recorded launches (csrc/runtime/replay/op_replay.h).
 
 A diagnostic: it switches the change off by patching trident's modules (or, for linear_nd and
 aten_replay, the native runtime's switch) for the second variant's compile only. Both variants
@@ -44,8 +44,8 @@ from profile_host import submit_us_per_step  # noqa: E402
 @contextlib.contextmanager
 def _native_switch_off(name: str):
     """Modules loaded inside have one of the native runtime's changes off: _C.<name>(on) -> previous
-    (_set_aten_replay: no ATen replay sites, csrc/runtime/op_replay.h; _set_linear_nd: N-D linear
-    inputs flattened as ATen does, csrc/runtime/aten_typed_gemm.h)."""
+    (_set_aten_replay: no ATen replay sites, csrc/runtime/replay/op_replay.h; _set_linear_nd: N-D linear
+    inputs flattened as ATen does, csrc/runtime/gemm/aten_typed_gemm.h)."""
     from trident import _C
     before = getattr(_C, name)(False)
     try:

@@ -4,7 +4,7 @@ For each batch: one eager generation, then trident's, each from a memory baselin
 step (and static cache) exists and after an eager warm-up run (so PyTorch's cuBLAS workspace is in the
 baseline, as in the suite's workers). Prints, in MiB above the baseline: the peak of the first
 generation, memory still held after it, the peak of a second generation, and trident's kept buffers
-(counters' reused_bytes: the module's pool of kept buffers, csrc/runtime/buffer_reuse.h).
+(counters' reused_bytes: the module's pool of kept buffers, csrc/runtime/memory/buffer_reuse.h).
 
 Two measures of device memory: allocated (live tensors, what the suite's peak column reports) and
 reserved (the segments PyTorch's caching allocator took from the device, freed blocks it caches for

@@ -4,7 +4,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "codegen/trident_abi.h"
+#include "abi/trident_abi.h"
 #include "guards/decision.h"
 #include "ir/text.h"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "codegen/trident_abi.h"
+#include "abi/trident_abi.h"
 #include "ir/ir.h"
 
 namespace trident::guards {

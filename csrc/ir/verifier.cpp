@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "codegen/trident_abi.h"
+#include "abi/trident_abi.h"
 #include "ir/expr.h"
 #include "ir/text.h"
 

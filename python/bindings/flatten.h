@@ -28,7 +28,7 @@
 
 #include <string>
 
-#include "codegen/trident_abi.h"
+#include "abi/trident_abi.h"
 
 namespace trident::bindings {
 

@@ -18,11 +18,11 @@
 #include "ir/verifier.h"
 #include "planner/liveness.h"
 #include "result_objects.h"
-#include "runtime/aten_typed_gemm.h"
-#include "runtime/lt_gemm.h"
-#include "runtime/op_replay.h"
-#include "runtime/private_pool.h"
-#include "runtime/rebind_words.h"
+#include "runtime/gemm/aten_typed_gemm.h"
+#include "runtime/gemm/lt_gemm.h"
+#include "runtime/replay/op_replay.h"
+#include "runtime/memory/private_pool.h"
+#include "runtime/graphs/rebind_words.h"
 #include "scm_object.h"
 
 namespace trident::bindings {
@@ -304,7 +304,7 @@ PyObject* py_set_private_pool_api(PyObject*, PyObject* args) {
 
 // _rebind_word(va, vb, vc, args, pool) -> (kind, arg, delta): how a graph word with values va, vb,
 // vc in three captures relates to the arguments [(ptr, extent, shift)] and the pool [(begin, end)]
-// (runtime/rebind_words.h). For tests of the rules on machines without a GPU.
+// (runtime/graphs/rebind_words.h). For tests of the rules on machines without a GPU.
 PyObject* py_rebind_word(PyObject*, PyObject* args) {
   unsigned long long va, vb, vc;
   PyObject *py_args, *py_pool;

@@ -5,7 +5,7 @@
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include "runtime/buffer_reuse.h"
+#include "runtime/memory/buffer_reuse.h"
 
 namespace trident::bindings {
 namespace {

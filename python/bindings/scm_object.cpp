@@ -30,7 +30,7 @@
 #include "outputs.h"
 #include "planner/liveness.h"
 #include "result_objects.h"
-#include "runtime/loaded_module.h"
+#include "runtime/module/loaded_module.h"
 #include "scm_object.h"
 
 namespace trident::bindings {
@@ -142,7 +142,7 @@ PyObject* python_error_type(trd_frame::ErrorKind kind) {
   return PyExc_RuntimeError;
 }
 
-// Graph mode (runtime/spec_graphs.h): this run as a replay of the spec's graph for these arguments,
+// Graph mode (runtime/graphs/spec_graphs.h): this run as a replay of the spec's graph for these arguments,
 // or captured now and replayed; false when neither applies and the program is to run as it is.
 bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t spec, trd_frame& f, const FlatArgs& flat,
                  const std::shared_ptr<const StateSet>& state, int64_t* out_ints) {
@@ -470,7 +470,7 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
 }
 
 // graph_notes() -> [(spec, stopped, why)]: each specialization whose runs do not replay as CUDA
-// graphs (stopped), or whose graphs are keyed by their arguments' addresses (runtime/spec_graphs.h).
+// graphs (stopped), or whose graphs are keyed by their arguments' addresses (runtime/graphs/spec_graphs.h).
 PyObject* scm_graph_notes(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
   PyObject* out = PyList_New(0);  // new ref

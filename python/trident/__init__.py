@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 _kept_bytes()  # a malformed TRIDENT_KEPT_BYTES fails at import, not silently in the native runtime
 
-_recording_pools = _compat.private_pool_api()  # for the ATen calls that replay (csrc/runtime/op_replay.h)
+_recording_pools = _compat.private_pool_api()  # for the ATen calls that replay (csrc/runtime/replay/op_replay.h)
 if _recording_pools is not None:
     _C.set_private_pool_api(_recording_pools.begin, _recording_pools.end, _recording_pools.release,
                             _recording_pools.segments)

@@ -87,7 +87,7 @@ def _capture_decompositions() -> dict:
 
 def private_pool_api():
     """PyTorch's routing of a thread's CUDA allocations to a private pool of its caching allocator,
-    as torch.cuda.graph uses it, for the ATen calls that replay (csrc/runtime/op_replay.h): a
+    as torch.cuda.graph uses it, for the ATen calls that replay (csrc/runtime/replay/op_replay.h): a
     RecordingPools over torch._C's bindings. None when this torch lacks them (2.8 introduced the
     thread-scoped one); then ATen calls never replay."""
     C = torch._C
@@ -104,7 +104,7 @@ def private_pool_api():
 
 def _pool_segments(device: int, pool) -> list[tuple[int, int]]:
     """The segments of PyTorch's private pool `pool` on `device`, as (address, bytes): the memory a
-    CUDA graph captured into it owns (csrc/runtime/graph_rebind.h tells it from the arguments')."""
+    CUDA graph captured into it owns (csrc/runtime/graphs/graph_rebind.h tells it from the arguments')."""
     pool = tuple(pool)
     return [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot()
             if s["device"] == device and tuple(s["segment_pool_id"]) == pool]

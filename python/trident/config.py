@@ -12,9 +12,9 @@ from dataclasses import dataclass
 # TRIDENT_BUILTIN_KERNELS: "auto" (default: same-dtype copies and same-shape adds of CUDA tensors run
 #   trident's own Triton kernels, builtin_lower.py), "off", or "all" (any device; CPU tests).
 # TRIDENT_CUBLASLT_REPLAY: "0" turns off the replay of recorded cuBLASLt launches at GEMM sites whose
-#   pointers repeat (csrc/runtime/lt_gemm.h); read once, by the native runtime, at its first GEMM.
+#   pointers repeat (csrc/runtime/gemm/lt_gemm.h); read once, by the native runtime, at its first GEMM.
 # TRIDENT_ATEN_REPLAY: "0" turns off the replay of recorded launches at ATen call sites (cuDNN
-#   attention without dropout) whose inputs repeat (csrc/runtime/op_replay.h); read once, by the
+#   attention without dropout) whose inputs repeat (csrc/runtime/replay/op_replay.h); read once, by the
 #   native runtime, when a module is loaded.
 # TRIDENT_LINEAR_ND: "1" makes F.linear of a contiguous N-D input without a bias on CUDA multiply it as
 #   it is into a [..., N] result, without ATen's flattening view and _unsafe_view (csrc/runtime/
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 # TRIDENT_ARTIFACTS: "0" stops compiled functions from keeping their specializations in the cache
 #   directory and installing another process's from there (artifacts.py); trident.save/load still work.
 # TRIDENT_KEPT_BYTES: how many bytes of intermediate buffers one compiled module may keep from one
-#   call to the next (csrc/runtime/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
+#   call to the next (csrc/runtime/memory/buffer_reuse.h; default 268435456, 256 MiB); "0" keeps none, so
 #   every allocation site allocates on every call, as eager does: less memory held between and
 #   during calls for one allocator round trip per site per call, and GEMM sites whose output lands
 #   at a new address no longer replay cuBLASLt's launches (the HF Llama at batch 1: 26% fewer
@@ -60,11 +60,11 @@ class Options:
         object; reshaped or resized: let go). The contract: record_stream does not reach that
         memory, so a returned tensor used on another stream must stay referenced until that stream
         is done with it, and a result's _version continues from its last use
-        (csrc/runtime/buffer_reuse.h).
+        (csrc/runtime/memory/buffer_reuse.h).
     graphs: False (default), or True: on CUDA, a specialization called a third time in a row with the
         same arguments (the same tensors by address, sizes and strides; the same ints and floats) is
         captured as one CUDA graph, and each later such call replays it with one graph launch after
-        the native guards, instead of launching its kernels one by one (csrc/runtime/spec_graphs.h).
+        the native guards, instead of launching its kernels one by one (csrc/runtime/graphs/spec_graphs.h).
         Small tensors the program only reads (token ids) are copied into the graph's own buffers,
         so their address may change; in-place writes (a KV cache) land in the caller's tensors. A
         replay returns fresh tensors, as a call without graphs does. The graph's intermediates stay

@@ -724,7 +724,7 @@ def _check_inplace_casts(ep):
 
 
 def _host_tensor(ep) -> str:
-    """Why the program may not run as a CUDA graph (graphs=True, csrc/runtime/spec_graphs.h), or
+    """Why the program may not run as a CUDA graph (graphs=True, csrc/runtime/graphs/spec_graphs.h), or
     empty: a tensor of the program not on a CUDA device is computed by the host, which a graph's
     replay would not repeat. Names the first op making one, at the user's line; else an input."""
     def host(node):

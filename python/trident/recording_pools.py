@@ -1,5 +1,5 @@
 """The private memory pools of the ATen calls that replay their recorded launches
-(csrc/runtime/op_replay.h), shared between recordings.
+(csrc/runtime/replay/op_replay.h), shared between recordings.
 
 A recording's outputs and workspace must stay memory no one else is given, so a recording routes
 the thread's CUDA allocations to a private pool of PyTorch's caching allocator, as torch.cuda.graph
@@ -33,7 +33,7 @@ Pool = Hashable  # PyTorch's pool id, a pair of ints
 
 
 class RecordingPools:
-    """begin/end/release/segments as the native runtime calls them (csrc/runtime/private_pool.h),
+    """begin/end/release/segments as the native runtime calls them (csrc/runtime/memory/private_pool.h),
     over PyTorch's functions: begin_routing(device, pool), end_routing(device, pool),
     release_pool(device, pool), new_pool() -> an unused id, frees(device) -> the device's cumulative
     count of freed blocks, pool_segments(device, pool) -> [(address, bytes)]."""

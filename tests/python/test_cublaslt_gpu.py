@@ -1,4 +1,4 @@
-"""fp16/bf16 GEMMs of mm and F.linear sites through cuBLASLt (csrc/runtime/lt_gemm.h), on the GPU
+"""fp16/bf16 GEMMs of mm and F.linear sites through cuBLASLt (csrc/runtime/gemm/lt_gemm.h), on the GPU
 machine (pytest -m gpu). Each result must equal eager's bit for bit; the counters say which sites
 took the cuBLASLt path and which handed back to ATen."""
 import os
@@ -200,7 +200,7 @@ def test_the_workspace_is_what_the_algorithm_needs():
     assert grew < 4 << 20, grew
 
 
-# ---- replay of recorded cuBLASLt launches (csrc/runtime/launch_record.h) -------------------------
+# ---- replay of recorded cuBLASLt launches (csrc/runtime/replay/launch_record.h) -------------------------
 
 class FloatOut(nn.Module):
     """model(x).float(): the last GEMM's output becomes an intermediate, a buffer reused every call,

@@ -1,5 +1,5 @@
 """The rules by which a CUDA graph's words are told apart when it is rebound to new argument
-addresses (csrc/runtime/rebind_words.h, used by graph_rebind.h): from a word's values in three
+addresses (csrc/runtime/graphs/rebind_words.h, used by graph_rebind.h): from a word's values in three
 captures, one with the arguments where the caller has them and two with argument i moved by s_i and
 2 s_i. Only an address that followed exactly one argument is rewritten; an address that moved some
 other way, or stayed inside an argument, stops the plan; the graph's own memory and uninitialized

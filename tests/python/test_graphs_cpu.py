@@ -1,4 +1,4 @@
-"""graphs=True where CUDA graphs cannot serve (csrc/runtime/spec_graphs.h): the option is validated,
+"""graphs=True where CUDA graphs cannot serve (csrc/runtime/graphs/spec_graphs.h): the option is validated,
 a program that computes on the CPU is marked `graph off` with the tensor and the user's line, runs
 as without graphs with eager's results, and trident.explain says why; the spec's `writes` lists
 exactly the arguments the program writes in place (what graph mode may not copy)."""

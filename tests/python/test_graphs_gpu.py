@@ -1,4 +1,4 @@
-"""graphs=True on CUDA (csrc/runtime/spec_graphs.h): a specialization called three times with one key is
+"""graphs=True on CUDA (csrc/runtime/graphs/spec_graphs.h): a specialization called three times with one key is
 captured as a CUDA graph and replayed; results equal eager's bit for bit, in-place writes land in the
 caller's tensors, a changed address is never replayed, and memory stays flat over many replays."""
 import pytest

@@ -1,5 +1,5 @@
 """The hot path's shortcuts, each checked against eager and exact counters on CPU tensors:
-buffers kept from call to call and shared by allocation sites (csrc/runtime/buffer_reuse.h), F.linear of a 2-D
+buffers kept from call to call and shared by allocation sites (csrc/runtime/memory/buffer_reuse.h), F.linear of a 2-D
 input through mm/addmm with a kept transposed weight view, runs below the Autograd keys when the
 call cannot record history, and fresh empty_like results made without the dispatcher."""
 import os

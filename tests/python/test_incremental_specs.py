@@ -1,5 +1,5 @@
 """Adding a specialization builds only its own object and a new selector
-(python/bindings/scm_object.cpp: add_spec; csrc/runtime/loaded_spec.h): the specializations already
+(python/bindings/scm_object.cpp: add_spec; csrc/runtime/module/loaded_spec.h): the specializations already
 there keep their loaded objects and the state of their call sites, whatever their number."""
 import torch
 

@@ -1,4 +1,4 @@
-"""Which ATen call sites may replay their recorded launches (csrc/runtime/op_replay.h), checked on a
+"""Which ATen call sites may replay their recorded launches (csrc/runtime/replay/op_replay.h), checked on a
 machine without a GPU: the sites are chosen when a module loads, before anything runs. cuDNN
 attention has no CPU kernel, so running these modules fails, clearly, as any ATen call without a
 kernel for its device does."""

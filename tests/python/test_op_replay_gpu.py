@@ -1,4 +1,4 @@
-"""ATen calls that replay their recorded launches (csrc/runtime/op_replay.h): cuDNN attention at an
+"""ATen calls that replay their recorded launches (csrc/runtime/replay/op_replay.h): cuDNN attention at an
 HF Llama's decode shapes, on the GPU machine (pytest -m gpu). Every result equals eager's bit for bit;
 the counters say when a site replays."""
 import pytest

@@ -1,5 +1,5 @@
 """trident.compile(reuse_outputs=True): a returned tensor's memory serves a later call once the
-caller holds nothing over it, and never while it does (csrc/runtime/buffer_reuse.h). Checked on CPU
+caller holds nothing over it, and never while it does (csrc/runtime/memory/buffer_reuse.h). Checked on CPU
 tensors against eager, data pointers and the exact recycled_outputs counter."""
 import gc
 import weakref

@@ -1,5 +1,5 @@
 """reuse_outputs=True with a user Triton kernel on CUDA: the returned tensor's memory serves the next
-call on the stream it was last used on, never on another one (csrc/runtime/buffer_reuse.h)."""
+call on the stream it was last used on, never on another one (csrc/runtime/memory/buffer_reuse.h)."""
 import pytest
 import torch
 import triton

@@ -1,0 +1,136 @@
+// Graph mode (trident.compile(fn, graphs=True)): a specialization's run captured once as one CUDA
+// graph, and later calls with the same arguments replayed with one graph launch after the native
+// guards. A decode step of hundreds of small kernels then costs the host one launch, not hundreds.
+//
+// Contract:
+//   - Key. A graph serves exactly the calls whose key equals the one it was captured with: device,
+//     the caller's current stream, the module state set (its identity: a new set after any state
+//     change), and per argument leaf its kind and value (ints and bools by value, floats by bit
+//     pattern, tensors by dtype, sizes, strides, offset and the data pointer's alignment up to
+//     kAlignBits bits, the caching allocator's granularity).
+//   - Addresses. A graph's nodes hold its tensor arguments' addresses; a call with other addresses
+//     (a new KV cache per generate(), a freed and reallocated argument) first rewrites the nodes
+//     that hold them (graph_rebind.h: found by a second capture with the arguments moved, checked
+//     word by word), so in-place writes land in the caller's tensors and stale addresses are never
+//     replayed. A graph whose captures cannot prove where its addresses are is keyed by them
+//     instead (a call with other addresses counts towards a capture of its own), and explain says
+//     why; so are arguments whose extents overlap.
+//   - Copied arguments. A tensor leaf the program does not write (the spec's `writes`), dense and at
+//     most kCopyBytes, is keyed without its data pointer: the graph reads a static buffer of its
+//     own, and each replay first copies the caller's tensor into it (a decode step's new token ids).
+//   - When. A key is captured at its kRepeats-th call among the spec's recent calls without a graph
+//     (kRecentKeys keys counted; earlier calls have settled the sites' own plans: cuBLASLt's checked
+//     algorithm, recorded launches; interleaved keys, two batch sizes, each count), only where
+//     the run cannot record autograd history, no Python dispatch mode sees it, every tensor leaf is
+//     on the current CUDA device and the caller's stream is not capturing. A spec keeps at most
+//     kMaxGraphs graphs (the least recently replayed goes).
+//   - Capture. The program runs under stream capture (thread-local mode) on a private stream, with
+//     PyTorch's current stream set to it and the thread's allocations routed to a private pool
+//     (private_pool.h): the graph's intermediates are memory no one else is given while it lives.
+//     Module-kept buffers are not used (trd_frame::keeps_buffers off), and call sites record and
+//     check nothing (in_graph_capture()). A run that fails under capture (a host synchronization,
+//     an op that refuses capture) stops graphs for the spec, with its reason; the call then runs as
+//     without graphs.
+//   - Results. A replay's results are fresh tensors, copies of the graph's own (the next replay
+//     overwrites those); integer results are the capture run's, which the key fixes. A program whose
+//     results share memory with an argument, module state or each other is not replayed (its
+//     results could not be copied faithfully): graphs stop for the spec, with the reason.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abi/trident_abi.h"
+#include "runtime/module/frame.h"
+#include "runtime/memory/private_pool.h"
+
+namespace trident::runtime {
+
+class LoadedModule;
+
+// True while this thread runs a program under a graph capture: call sites then issue work only
+// (no recording, no checking, no synchronization), so the capture holds what a replay must do.
+bool in_graph_capture();
+
+// Graph-mode counters of one module (counters()).
+struct GraphStats {
+  int64_t graphs = 0, captures = 0, replays = 0, rebinds = 0;
+};
+
+// One spec's graphs. Used under the module's run lock (the bindings' run_spec).
+class SpecGraphs {
+ public:
+  static constexpr int kRepeats = 3;
+  static constexpr int kMaxGraphs = 4;
+  static constexpr int64_t kCopyBytes = 1 << 16;
+  static constexpr size_t kRecentKeys = 8;
+  static constexpr int kAlignBits = 9;  // 512 bytes: every block of PyTorch's caching allocator
+
+  // What one call of the spec needs: its leaves and tensors, what the program writes, the state.
+  struct Call {
+    const trd_leaf* leaves = nullptr;
+    int32_t nleaves = 0;
+    const at::Tensor* const* args = nullptr;  // per leaf, nullptr for non-tensors (borrowed)
+    const at::Tensor* state = nullptr;
+    int32_t nstate = 0;
+    std::shared_ptr<const void> state_id;     // identity of the state set; held by a graph
+  };
+
+  // writes: the spec's `writes`; graph_off: its `graph off` reason (nonempty: graphs never start).
+  SpecGraphs(std::vector<int32_t> writes, std::string graph_off);
+  ~SpecGraphs();
+  SpecGraphs(const SpecGraphs&) = delete;
+  SpecGraphs& operator=(const SpecGraphs&) = delete;
+
+  using Key = c10::SmallVector<int64_t, 96>;
+  // A call's key (see Key above), computed once per call.
+  struct Keyed {
+    Key key;
+    c10::SmallVector<bool, 32> copied;  // per leaf: copied into the graph's buffer, not keyed by address
+    c10::SmallVector<int32_t, 32> bound;  // the tensor leaves whose addresses the graph's nodes hold
+    c10::SmallVector<uint64_t, 32> ptrs;  // their data pointers, and the bytes their elements span
+    c10::SmallVector<uint64_t, 32> extents;
+    int device = -1;
+    void* stream = nullptr;             // the caller's current stream
+  };
+  // The call's key; false: the call may not use graphs (see When).
+  bool key_of(const Call& c, Keyed& k) const;
+  // Replays a graph of this key: the results into f.slots (fresh tensors) and out_ints. False: no
+  // graph for it (the caller runs the program, or captures it).
+  bool replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints);
+  // Whether this call, which found no graph, is the one to capture (see When).
+  bool should_capture(const Keyed& k);
+  // Captures the program of `spec` for this call, then replays it for the call's results (in
+  // f.slots and out_ints, as replay()). False: nothing captured (graphs may have stopped for the
+  // spec, why() says); f is as before the attempt and the caller runs the program.
+  bool capture(const LoadedModule& mod, int32_t spec, const Call& c, const Keyed& k, trd_frame& f,
+               int64_t* out_ints, int32_t nout_ints);
+
+  bool stopped() const { return stopped_; }
+  const std::string& why() const { return why_; }
+  // Why the spec's last graph is keyed by its arguments' addresses (not rebound); empty otherwise.
+  const std::string& keyed_by_address() const { return bind_why_; }
+  GraphStats stats() const;
+
+ private:
+  struct Graph;
+  // Copies the copied arguments in, launches, copies the results out; the error, or empty.
+  std::string launch(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, void* stream);
+  bool launched(const std::string& error);  // true on success; else stops graphs with the error
+  void stop(const std::string& why);
+
+  std::vector<int32_t> writes_;
+  std::list<std::unique_ptr<Graph>> graphs_;  // most recently replayed first
+  std::list<std::pair<Key, int>> recent_;  // keys of recent calls without a graph, with their counts
+  bool stopped_ = false;
+  std::string why_, bind_why_;
+  int64_t captures_ = 0, replays_ = 0, rebinds_ = 0;
+};
+
+}  // namespace trident::runtime

@@ -1,0 +1,85 @@
+#include "runtime/module/loaded_module.h"
+
+#include "runtime/replay/op_replay.h"
+
+namespace trident::runtime {
+
+std::shared_ptr<LoadedModule> LoadedModule::assemble(const std::string& selector_path,
+                                                     std::vector<std::shared_ptr<LoadedSpec>> specs,
+                                                     std::shared_ptr<ReuseState> reuse) {
+  auto mod = std::make_shared<LoadedModule>();
+  mod->selector_path_ = selector_path;
+  mod->selector_ = reinterpret_cast<trd_selector_entry_fn>(object_entry(selector_path, TRD_SELECTOR_ENTRY))();
+  check_abi(selector_path, mod->selector_->abi_version);
+  if (mod->selector_->nspecs != static_cast<int32_t>(specs.size()))
+    throw ModuleLoadError(selector_path + " chooses among " + std::to_string(mod->selector_->nspecs) +
+                          " specializations, the module has " + std::to_string(specs.size()));
+  mod->specs_ = std::move(specs);
+  mod->reuse_ = std::move(reuse);
+  return mod;
+}
+
+bool LoadedModule::run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const {
+  f.spec = specs_[spec].get();
+  f.pool = &reuse_->pool;
+  return specs_[spec]->program()(runtime_table(), &f, leaves, out_ints) == 0;
+}
+
+void LoadedModule::finish_run(bool recycle_outputs) const { reuse_->pool.check_escapes(recycle_outputs); }
+
+GraphStats LoadedModule::graph_stats() const {
+  GraphStats g;
+  for (const auto& spec : specs_) {
+    const GraphStats s = spec->graphs().stats();
+    g.graphs += s.graphs;
+    g.captures += s.captures;
+    g.replays += s.replays;
+    g.rebinds += s.rebinds;
+  }
+  return g;
+}
+
+std::vector<LoadedModule::GraphNote> LoadedModule::graph_notes() const {
+  std::vector<GraphNote> out;
+  for (size_t s = 0; s < specs_.size(); ++s) {
+    const SpecGraphs& g = specs_[s]->graphs();
+    if (g.stopped()) out.push_back({static_cast<int32_t>(s), true, g.why()});
+    else if (!g.keyed_by_address().empty()) out.push_back({static_cast<int32_t>(s), false, g.keyed_by_address()});
+  }
+  return out;
+}
+
+LoadedModule::ReuseStats LoadedModule::reuse_stats() const {
+  ReuseStats r;
+  for (const auto& spec : specs_)
+    for (const auto& site : spec->aten_sites()) r.escaped += site.reuse.escaped;
+  r.holding = reuse_->pool.buffers();
+  r.bytes = reuse_->pool.bytes();
+  r.recycled = reuse_->pool.recycled();
+  return r;
+}
+
+LoadedModule::GemmStats LoadedModule::gemm_stats() const {
+  GemmStats g;
+  for (const auto& spec : specs_)
+    for (const auto& site : spec->aten_sites()) {
+      if (!site.gemm) continue;
+      g.native += site.gemm->state() == LtGemm::State::Ready;
+      g.declined += site.gemm->state() == LtGemm::State::Declined;
+      g.replayed += site.gemm->replaying();
+    }
+  return g;
+}
+
+LoadedModule::ReplayStats LoadedModule::replay_stats() const {
+  ReplayStats r;
+  for (const auto& spec : specs_)
+    for (const auto& site : spec->aten_sites()) {
+      if (!site.replay) continue;
+      ++r.sites;
+      r.replaying += site.replay->replaying();
+    }
+  return r;
+}
+
+}  // namespace trident::runtime

@@ -1,0 +1,80 @@
+// A Specialization Cache Module loaded into the process: the selector's object (the decision
+// program) and one loaded object per specialization (loaded_spec.h). Immutable once assembled, so a
+// call in one thread can keep using it while another thread installs its successor; the successor
+// shares the specs it keeps (their objects, resolved sites and per-site state) and the buffer pool.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abi/trident_abi.h"
+#include "ir/ir.h"
+#include "runtime/module/frame.h"
+#include "runtime/module/loaded_spec.h"
+
+namespace trident::runtime {
+
+class LoadedModule {
+ public:
+  // Loads the selector object at `selector_path` over `specs` (in spec order, sharing `reuse`);
+  // checks that the selector chooses among exactly that many.
+  static std::shared_ptr<LoadedModule> assemble(const std::string& selector_path,
+                                                std::vector<std::shared_ptr<LoadedSpec>> specs,
+                                                std::shared_ptr<ReuseState> reuse);
+
+  int32_t select(const trd_call& call) const { return selector_->select(&call); }
+  int32_t num_specs() const { return static_cast<int32_t>(specs_.size()); }
+  const LoadedSpec& spec(int32_t k) const { return *specs_[k]; }
+  const std::vector<std::shared_ptr<LoadedSpec>>& specs() const { return specs_; }
+  const std::shared_ptr<ReuseState>& reuse_state() const { return reuse_; }
+  int32_t num_slots(int32_t spec) const { return specs_[spec]->num_slots(); }
+  int32_t num_out_ints(int32_t spec) const { return specs_[spec]->num_out_ints(); }
+  const ir::Operand& output_tree(int32_t spec) const { return specs_[spec]->output_tree(); }
+  const std::string& selector_path() const { return selector_path_; }
+
+  // Runs the host program of `spec`. Returns false with f.error set when an op or launch failed.
+  bool run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const;
+  // After a run whose frame is gone: kept buffers still held elsewhere (an output, or a view of one)
+  // leave the pool, and the sites that handed them out stop reusing; with recycle_outputs the pool
+  // keeps their memory for when the caller lets go of it (buffer_reuse.h).
+  void finish_run(bool recycle_outputs) const;
+
+  LoadedSpec::RunPolicy& run_policy(int32_t spec) const { return specs_[spec]->run_policy(); }
+  SpecGraphs& graphs(int32_t spec) const { return specs_[spec]->graphs(); }
+  GraphStats graph_stats() const;
+  // Each spec that stopped using graphs, with why (explain).
+  // Per spec with something to say about its graphs: (spec, stopped, why). stopped: its runs do not
+  // replay as graphs; else its graphs are keyed by their arguments' addresses (not rebound).
+  struct GraphNote {
+    int32_t spec;
+    bool stopped;
+    std::string why;
+  };
+  std::vector<GraphNote> graph_notes() const;
+  struct ReuseStats {
+    int64_t holding = 0, escaped = 0, bytes = 0, recycled = 0;
+  };
+  ReuseStats reuse_stats() const;
+  // GEMM sites running through cuBLASLt (checked against at::mm), and sites that handed back to ATen.
+  struct GemmStats {
+    int64_t native = 0, declined = 0, replayed = 0;
+  };
+  GemmStats gemm_stats() const;
+  // Sites whose ATen call may replay its recorded launches (op_replay.h), and those replaying now.
+  struct ReplayStats {
+    int64_t sites = 0, replaying = 0;
+  };
+  ReplayStats replay_stats() const;
+
+ private:
+  std::string selector_path_;
+  const trd_selector* selector_ = nullptr;
+  std::vector<std::shared_ptr<LoadedSpec>> specs_;
+  std::shared_ptr<ReuseState> reuse_;  // shared by all specs' allocation sites
+};
+
+// The function table generated code calls (rt_table.cpp).
+const trd_rt* runtime_table();
+
+}  // namespace trident::runtime

@@ -1,0 +1,56 @@
+#include "runtime/module/loaded_spec.h"
+
+#include <dlfcn.h>
+
+#include "ir/text.h"
+
+namespace trident::runtime {
+
+void* object_entry(const std::string& path, const char* symbol) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw ModuleLoadError(std::string("cannot load module: ") + dlerror());
+  void* entry = dlsym(h, symbol);
+  if (!entry) throw ModuleLoadError(path + " has no " + symbol + " entry point");
+  return entry;
+}
+
+void check_abi(const std::string& path, uint32_t version) {
+  if (version != TRD_ABI_VERSION)
+    throw ModuleLoadError(path + " was built for ABI " + std::to_string(version) + ", this runtime speaks " +
+                          std::to_string(TRD_ABI_VERSION));
+}
+
+std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const ir::Spec& ir, ReuseState& reuse) {
+  auto spec = std::make_shared<LoadedSpec>();
+  spec->path_ = so_path;
+  spec->m_ = reinterpret_cast<trd_spec_entry_fn>(object_entry(so_path, TRD_SPEC_ENTRY))();
+  check_abi(so_path, spec->m_->abi_version);
+  for (int32_t k = 0; k < spec->m_->nkernels; ++k)
+    spec->kernels_.push_back(std::make_unique<KernelInfo>(ir::parse_kernel(spec->m_->kernels[k])));
+  for (int32_t k = 0; k < spec->m_->nsites; ++k) {
+    ir::Instr in = ir::parse_instr(spec->m_->sites[k]);
+    if (in.kind == ir::Instr::Kind::Launch) {
+      if (in.a < 0 || in.a >= static_cast<int64_t>(spec->kernels_.size()))
+        throw ModuleLoadError("site " + std::to_string(k) + " launches an undeclared kernel");
+      spec->launches_.push_back(resolve_launch(in, *spec->kernels_[in.a]));
+      spec->site_index_.push_back(-static_cast<int32_t>(spec->launches_.size()));
+    } else {
+      spec->sites_.push_back(resolve_site(in));
+      spec->site_index_.push_back(static_cast<int32_t>(spec->sites_.size() - 1));
+    }
+  }
+  spec->output_ = ir::parse_operand(spec->m_->output);
+  // A program with collectives waits on other processes: its runs let other Python threads in from
+  // the first (holding the GIL across a wait on peers deadlocked a Gloo all-reduce under load).
+  for (const auto& site : spec->sites_)
+    if (site.name.rfind("_c10d_functional::", 0) == 0 || site.name.rfind("c10d::", 0) == 0)
+      spec->run_policy_.release_gil = true;
+  for (auto& site : spec->sites_)
+    if (site.may_reuse())
+      site.reuse.kind =
+          reuse.kinds.emplace(reuse_signature(site), static_cast<int32_t>(reuse.kinds.size())).first->second;
+  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, ir.graph_off);
+  return spec;
+}
+
+}  // namespace trident::runtime

@@ -1,0 +1,110 @@
+// The trd_rt table: the only functions generated code can call. Each catches every C++ exception at
+// the boundary (generated code is C) and turns it into f->error naming the op, so one failing call
+// becomes one Python exception and the module stays usable.
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+#include "runtime/module/loaded_module.h"
+
+namespace trident::runtime {
+namespace {
+
+using Kind = trd_frame::ErrorKind;
+
+// The Python type eager's op raises for this c10 error (torch/csrc/Exceptions.h maps the same way).
+Kind kind_of(const c10::Error& e) {
+  if (dynamic_cast<const c10::IndexError*>(&e)) return Kind::kIndex;
+  if (dynamic_cast<const c10::ValueError*>(&e)) return Kind::kValue;
+  if (dynamic_cast<const c10::TypeError*>(&e)) return Kind::kType;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return Kind::kNotImplemented;
+  return Kind::kRuntime;
+}
+
+int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
+  const AtenSite& s = f->spec->aten_site(site);
+  try {
+    s.invoke(*f, dyn);
+    return 0;
+  } catch (const c10::Error& e) {
+    f->error = s.name + ": " + e.what_without_backtrace();
+    f->error_kind = kind_of(e);
+  } catch (const std::exception& e) {
+    f->error = s.name + ": " + e.what();
+  }
+  return 1;
+}
+
+int rt_launch(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* dyn, const double*) {
+  const LaunchSite& s = f->spec->launch_site(site);
+  try {
+    s.launch(*f, f->spec->kernel(s.kernel), grid, dyn);
+    return 0;
+  } catch (const c10::Error& e) {
+    f->error = "Triton kernel " + s.name + ": " + e.what_without_backtrace();
+    f->error_kind = kind_of(e);
+  } catch (const std::exception& e) {
+    f->error = "Triton kernel " + s.name + ": " + e.what();
+  }
+  return 1;
+}
+
+void rt_release(trd_frame* f, int32_t slot) { f->slots[slot].reset(); }
+
+// Generated code names the Python exception it stands for as "Kind: message" (trident_abi.h).
+int rt_fail(trd_frame* f, const char* message) {
+  static const struct { const char* prefix; Kind kind; } kinds[] = {
+      {"ZeroDivisionError: ", Kind::kZeroDivision}, {"ValueError: ", Kind::kValue},
+      {"OverflowError: ", Kind::kOverflow}, {TRD_BRANCH_MISS, Kind::kBranchMiss}};
+  f->error = message;
+  f->error_kind = Kind::kRuntime;
+  for (const auto& k : kinds) {
+    if (f->error.rfind(k.prefix, 0) == 0) {
+      f->error = f->error.substr(std::strlen(k.prefix));
+      f->error_kind = k.kind;
+    }
+  }
+  return 1;
+}
+
+const at::Tensor* tensor_of(const trd_frame* f, int32_t kind, int32_t index) {
+  if (kind == 0) return index < f->nargs ? f->args[index] : nullptr;
+  if (kind == 1) return index < f->nstate ? &f->state[index] : nullptr;
+  return &f->slots[index];
+}
+
+int rt_item(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t* out) {
+  const at::Tensor* t = tensor_of(f, kind, index);
+  try {
+    TORCH_CHECK(t && t->defined(), "item: no tensor at location ", kind, ":", index);
+    const c10::Scalar v = t->item();
+    if (as_float) {
+      const double d = v.toDouble();
+      std::memcpy(out, &d, sizeof d);
+    } else {
+      *out = v.isBoolean() ? static_cast<int64_t>(v.toBool()) : v.toLong();
+    }
+    return 0;
+  } catch (const c10::Error& e) {
+    f->error = std::string("Tensor.item(): ") + e.what_without_backtrace();
+    f->error_kind = kind_of(e);
+  } catch (const std::exception& e) {
+    f->error = std::string("Tensor.item(): ") + e.what();
+  }
+  return 1;
+}
+
+int rt_dim(trd_frame* f, int32_t kind, int32_t index, int32_t which, int32_t d, int64_t* out) {
+  const at::Tensor* t = tensor_of(f, kind, index);
+  if (!t || !t->defined() || d < 0 || d >= t->dim()) return rt_fail(f, "trident internal error: size of a missing dimension");
+  *out = which == 1 ? t->stride(d) : t->size(d);
+  return 0;
+}
+
+const trd_rt kTable = {TRD_ABI_VERSION, sizeof(trd_rt), rt_call, rt_launch, rt_release, rt_fail, rt_item, rt_dim};
+
+}  // namespace
+
+const trd_rt* runtime_table() { return &kTable; }
+
+}  // namespace trident::runtime

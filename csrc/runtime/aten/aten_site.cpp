@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "ir/text.h"
-#include "runtime/replay/op_replay.h"
 
 namespace trident::runtime {
 namespace {
@@ -203,12 +202,11 @@ AtenSite resolve_site(const ir::Instr& call) {
   for (size_t k = 0; k < formals.size(); ++k) site.args.push_back(plan(call.operands[k], formals[k], full, k));
   for (int64_t r : call.results) site.result_slots.push_back(static_cast<int32_t>(r));
   site.typed = find_typed(site);
-  site.replay = OpReplay::for_site(site);
   return site;
 }
 
 void AtenSite::invoke(trd_frame& f, const int64_t* dyn) const {
-  if (replay && replay->replay(*this, f, dyn)) return;
+  if (hook && hook->before(*this, f, dyn)) return;
   if (typed) {
     typed(*this, f, dyn);
   } else {
@@ -216,7 +214,7 @@ void AtenSite::invoke(trd_frame& f, const int64_t* dyn) const {
     op.callBoxed(stack);
     store_returns(f, stack);
   }
-  if (replay) replay->after_call(*this, f, dyn);
+  if (hook) hook->after(*this, f, dyn);
 }
 
 torch::jit::Stack AtenSite::boxed_arguments(const trd_frame& f, const int64_t* dyn) const {

@@ -16,7 +16,6 @@
 #include "ir/ir.h"
 #include "runtime/memory/buffer_reuse.h"
 #include "runtime/module/frame.h"
-#include "runtime/gemm/lt_gemm.h"
 
 namespace trident::runtime {
 
@@ -36,7 +35,17 @@ struct ArgPlan {
 };
 
 using TypedFn = void (*)(const struct AtenSite& site, trd_frame& f, const int64_t* dyn);
-class OpReplay;  // op_replay.h
+class LtGemm;  // gemm/lt_gemm.h
+
+// What another family attaches to a site to take part in its calls (the loader attaches
+// replay/op_replay.h's): before() may serve the call instead of ATen (true: its returns are in the
+// frame); after() sees every call ATen ran, its returns in the frame. The site knows no more of it.
+class SiteHook {
+ public:
+  virtual ~SiteHook() = default;
+  virtual bool before(const struct AtenSite& s, trd_frame& f, const int64_t* dyn) = 0;
+  virtual void after(const struct AtenSite& s, trd_frame& f, const int64_t* dyn) = 0;
+};
 
 struct AtenSite {
   std::string name;                 // "aten::mm", with overload when not default
@@ -49,7 +58,7 @@ struct AtenSite {
   bool linear_nd = false;           // linear sites: N-D inputs multiplied without views (aten_typed_gemm.cpp)
   std::shared_ptr<void> typed_handle;  // generic typed sites: their c10::TypedOperatorHandle
   std::shared_ptr<LtGemm> gemm;        // mm and linear sites: their cuBLASLt plan (lt_gemm.h)
-  std::shared_ptr<OpReplay> replay;    // calls whose launches may be recorded and replayed (op_replay.h)
+  std::shared_ptr<SiteHook> hook;      // set by the loader: a call's launches recorded and replayed (op_replay.h)
 
   AtenSite(std::string n, c10::OperatorHandle h) : name(std::move(n)), op(std::move(h)) {}
   void invoke(trd_frame& f, const int64_t* dyn) const;

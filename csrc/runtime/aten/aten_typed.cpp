@@ -28,6 +28,7 @@
 
 #include "runtime/aten/aten_site.h"
 #include "runtime/gemm/aten_typed_gemm.h"
+#include "runtime/gemm/lt_gemm.h"
 #include "runtime/module/loaded_module.h"
 #include "runtime/aten/typed_produce.h"
 

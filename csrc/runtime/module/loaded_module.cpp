@@ -1,5 +1,6 @@
 #include "runtime/module/loaded_module.h"
 
+#include "runtime/gemm/lt_gemm.h"
 #include "runtime/replay/op_replay.h"
 
 namespace trident::runtime {
@@ -75,9 +76,10 @@ LoadedModule::ReplayStats LoadedModule::replay_stats() const {
   ReplayStats r;
   for (const auto& spec : specs_)
     for (const auto& site : spec->aten_sites()) {
-      if (!site.replay) continue;
+      const auto* replay = dynamic_cast<const OpReplay*>(site.hook.get());
+      if (!replay) continue;
       ++r.sites;
-      r.replaying += site.replay->replaying();
+      r.replaying += replay->replaying();
     }
   return r;
 }

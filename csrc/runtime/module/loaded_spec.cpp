@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include "ir/text.h"
+#include "runtime/replay/op_replay.h"
 
 namespace trident::runtime {
 
@@ -36,6 +37,7 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
       spec->site_index_.push_back(-static_cast<int32_t>(spec->launches_.size()));
     } else {
       spec->sites_.push_back(resolve_site(in));
+      spec->sites_.back().hook = OpReplay::for_site(spec->sites_.back());  // nullptr: no replay
       spec->site_index_.push_back(static_cast<int32_t>(spec->sites_.size() - 1));
     }
   }

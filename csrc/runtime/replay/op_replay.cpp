@@ -119,7 +119,7 @@ bool OpReplay::replaying() const {
   return record_ != nullptr;
 }
 
-bool OpReplay::replay(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
+bool OpReplay::before(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || !record_) return false;
   Key key;
@@ -136,7 +136,7 @@ bool OpReplay::replay(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   return true;
 }
 
-void OpReplay::after_call(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
+void OpReplay::after(const AtenSite& s, trd_frame& f, const int64_t* dyn) {
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || state_ != State::Open) return;
   Key key;

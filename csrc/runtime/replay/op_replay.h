@@ -50,17 +50,18 @@ namespace trident::runtime {
 
 class LaunchRecord;  // launch_record.h
 
-class OpReplay {
+class OpReplay final : public SiteHook {
  public:
-  // The replay state of a site whose call may replay, or nullptr.
+  // The replay state of a site whose call may replay, or nullptr (the loader attaches it as the
+  // site's hook).
   static std::shared_ptr<OpReplay> for_site(const AtenSite& site);
-  ~OpReplay();
+  ~OpReplay() override;
 
   // Issues the recorded launches and stores the kept returns in the frame when this call may
   // replay (contract); false: the caller runs ATen.
-  bool replay(const AtenSite& s, trd_frame& f, const int64_t* dyn);
+  bool before(const AtenSite& s, trd_frame& f, const int64_t* dyn) override;
   // After ATen ran the call (its returns in the frame): records when the key repeats.
-  void after_call(const AtenSite& s, trd_frame& f, const int64_t* dyn);
+  void after(const AtenSite& s, trd_frame& f, const int64_t* dyn) override;
   bool replaying() const;
 
   static constexpr int kMaxRecords = 4;

@@ -168,7 +168,7 @@ def _scale_then_reduce(x):
 
 
 def test_a_reduction_after_an_in_place_write_is_eagers_bits_for_dense_inputs_and_close_for_gapped_views():
-    """The documented limit (README, "Results"): the program reduces the new values where the
+    """The documented limit (docs/features.md): the program reduces the new values where the
     functional graph holds them, a dense tensor; eager reduces the written input itself, so a view
     with gaps (a step slice) is summed in another order and may differ in the last bits."""
     fast = trident.compile(_scale_then_reduce)

@@ -10,7 +10,16 @@ import os
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from . import _C, _compat, _state
+try:
+    from ._build_info import TORCH_VERSION as _BUILT_TORCH
+except ImportError:  # a source tree never built: importing _C below says so
+    _BUILT_TORCH = None
+if _BUILT_TORCH is not None and _BUILT_TORCH != torch.__version__:
+    raise ImportError(f"trident's extension was built against torch {_BUILT_TORCH}, but torch {torch.__version__} "
+                      "is installed: rebuild it against this torch with `pip install --no-build-isolation .` "
+                      "(`-e .` for a checkout)")
+
+from . import _C, _compat, _state  # noqa: E402
 from .compiled import CompiledFunction
 from .config import Options, kept_bytes as _kept_bytes
 from .errors import MissPolicyError, TridentError, UnsupportedError

@@ -641,7 +641,7 @@ class CompiledFunction:
         if why is not None:
             self._overlap_eager[key] = why
             return why
-        self._install(lowered)
+        self._install(lowered, _leaf_names(args, kwargs, self.signature))
         return None
 
     def _module_tensors(self) -> list:
@@ -665,7 +665,7 @@ class CompiledFunction:
         lowered = self._lower(args, kwargs, structure, leaves)
         why = self._state_clash(lowered, args, kwargs)
         if why is None:
-            self._install(lowered)
+            self._install(lowered, _leaf_names(args, kwargs, self.signature))
         return why
 
     def _state_clash(self, lowered, args, kwargs) -> str | None:
@@ -680,11 +680,13 @@ class CompiledFunction:
                 "the function reads, and the function writes one of them; compiled code assumes what it "
                 "writes overlaps nothing else it reads, so calls like this run the original function eagerly")
 
-    def _install(self, lowered):
+    def _install(self, lowered, leaf_names: list[str]):
+        """Adds a captured spec; `leaf_names` names its leaves as the installing call did (explain)."""
         from . import process_groups
         self._add_spec(lowered.text, sorted(lowered.written), sorted(lowered.state_written), lowered.ops,
                        [tuple(str(x) for x in n) for n in lowered.kernel_notes], bool(lowered.state),
                        lowered.route, process_groups.used_by(lowered.text))
+        self.installed[-1]["leaf_names"] = leaf_names
         self._save_automatic()
 
     def _add_spec(self, text: str, written: list, state_written: list, ops: list, kernel_notes: list,
@@ -769,6 +771,7 @@ class CompiledFunction:
             for spec, text in zip(header["specs"], artifacts.texts(header, blobs, self.state)):
                 self._add_spec(text, spec["written"], spec["state_written"], spec["ops"], spec["kernel_notes"],
                                spec["reads_state"], spec.get("route", ""), spec.get("groups"))
+                self.installed[-1]["leaf_names"] = spec.get("leaf_names")
         except (AttributeError, KeyError, ImportError, ValueError, RuntimeError, TypeError) as e:
             self._forget_specs()
             raise artifacts.ArtifactRejected(f"{type(e).__name__}: {e}") from None

@@ -1,4 +1,5 @@
 #include "guards/decision.h"
+#include "common/errors.h"
 
 #include <algorithm>
 #include <cmath>
@@ -191,8 +192,8 @@ std::string no_overlap_expr(const ir::Expr& e, GuardStatics* statics) {
   for (size_t k = 0; k < e.args.size(); k += 3) {
     const int64_t cls = e.args[k]->value;
     if (cls == ir::kWrittenState || cls == ir::kReadState) {
-      if (e.args[k + 1]->kind != K::Int || e.args[k + 2]->kind != K::Int)
-        throw std::logic_error("no_overlap: module state extents must be literals");
+      TRD_INTERNAL_ASSERT(e.args[k + 1]->kind == K::Int && e.args[k + 2]->kind == K::Int,
+                          "no_overlap: module state extents must be literals");
       if (e.args[k + 2]->value > 0)
         state.push_back({e.args[k + 1]->value, e.args[k + 1]->value + e.args[k + 2]->value, cls});
     } else {
@@ -205,7 +206,7 @@ std::string no_overlap_expr(const ir::Expr& e, GuardStatics* statics) {
     for (const auto& x : state)
       if (!written_only || x.cls == ir::kWrittenState) t.push_back(x);
     if (t.empty()) return {"NULL", 0};
-    if (!statics) throw std::logic_error("no_overlap over module state needs file-scope tables");
+    TRD_INTERNAL_ASSERT(statics, "no_overlap over module state needs file-scope tables");
     std::sort(t.begin(), t.end(), [](const Extent& a, const Extent& b) { return a.start < b.start; });
     std::string name = "trd_extents_" + std::to_string(statics->next++);
     std::string body;

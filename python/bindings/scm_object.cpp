@@ -342,7 +342,7 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     ir::Module next = st->module;
     ir::Spec spec = std::move(parsed.specs[0]);
     spec.id = static_cast<int32_t>(next.specs.size());
-    ir::verify(spec);
+    ir::verify(spec);  // a ValueError: the text is the caller's (the lowering's, or a test's)
     planner::insert_releases(spec);
     next.specs.push_back(std::move(spec));
     const ir::Spec& added = next.specs.back();
@@ -358,6 +358,7 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     double load_seconds = 0.0;
     std::shared_ptr<runtime::LoadedModule> loaded;
     std::string load_error;
+    bool internal = false;  // load_error is a broken invariant of trident (common/errors.h)
     // Other threads run while the compiler does (the controller's lock keeps misses one at a time;
     // the hot path only reads st->loaded, replaced below with the GIL held).
     Py_BEGIN_ALLOW_THREADS
@@ -373,12 +374,16 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
       });
       load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
                      built.compile_seconds - built_selector.compile_seconds;
+    } catch (const InternalError& e) {
+      load_error = e.what();
+      internal = true;
     } catch (const std::exception& e) {
       load_error = e.what();
       if (load_error.empty()) load_error = "unknown error";
     }
     Py_END_ALLOW_THREADS
     if (!emit_cache_warnings()) return nullptr;
+    if (internal) throw InternalError(load_error);
     if (!load_error.empty()) throw codegen::ToolchainError(load_error);
     // Commit only after everything succeeded: a failed compile leaves the SCM as it was.
     st->module = std::move(next);

@@ -1,4 +1,5 @@
 #include "runtime/aten/aten_site.h"
+#include "common/errors.h"
 
 #include <ATen/core/stack.h>
 #include <ATen/ScalarOps.h>
@@ -15,7 +16,7 @@ namespace {
 using K = ir::Operand::Kind;
 
 [[noreturn]] void bad(const std::string& op, size_t k, const std::string& what) {
-  throw std::invalid_argument("call site " + op + ", operand " + std::to_string(k) + ": " + what);
+  ::trident::internal_error("call site " + op + ", operand " + std::to_string(k) + ": " + what, __FILE__, __LINE__);
 }
 
 bool is_location(const ir::Operand& o) {
@@ -191,14 +192,17 @@ AtenSite resolve_site(const ir::Instr& call) {
   std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
   if (overload == "default") overload = "";
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
-  if (!handle) throw std::invalid_argument("operator " + full + " is not registered with the dispatcher");
+  if (!handle)
+    throw std::invalid_argument("operator " + full + " is not registered with the dispatcher: import or load "
+                                "(torch.ops.load_library) what defines it before calling the compiled function");
   AtenSite site(full, *handle);
   const auto& schema = handle->schema();
   const auto& formals = schema.arguments();
   if (call.operands.size() != formals.size())
-    throw std::invalid_argument("call site " + full + ": schema " + c10::toString(schema) + " takes " +
-                                std::to_string(formals.size()) + " arguments, the site gives " +
-                                std::to_string(call.operands.size()));
+    ::trident::internal_error("call site " + full + ": schema " + c10::toString(schema) + " takes " +
+                                  std::to_string(formals.size()) + " arguments, the site gives " +
+                                  std::to_string(call.operands.size()),
+                              __FILE__, __LINE__);
   for (size_t k = 0; k < formals.size(); ++k) site.args.push_back(plan(call.operands[k], formals[k], full, k));
   for (int64_t r : call.results) site.result_slots.push_back(static_cast<int32_t>(r));
   site.typed = find_typed(site);

@@ -1,4 +1,5 @@
 #include "runtime/launch/triton_launch.h"
+#include "common/errors.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
@@ -25,7 +26,7 @@ CType parse_ctype(const std::string& t) {
       {"fp16", CType::Fp16}, {"bf16", CType::Bf16}, {"fp32", CType::Fp32}, {"fp64", CType::Fp64}};
   for (const auto& [name, c] : table)
     if (t == name) return c;
-  throw std::invalid_argument("unknown kernel parameter type '" + t + "'");
+  ::trident::internal_error("unknown kernel parameter type '" + t + "'", __FILE__, __LINE__);
 }
 
 std::string read_file(const std::string& path) {
@@ -153,15 +154,15 @@ LaunchSite resolve_launch(const ir::Instr& in, const KernelInfo& k) {
   LaunchSite s;
   s.kernel = static_cast<int32_t>(in.a);
   s.name = k.decl().name;
-  if (in.operands.size() != k.params().size())
-    throw std::invalid_argument("launch of " + s.name + " gives " + std::to_string(in.operands.size()) +
-                                " parameters, the kernel takes " + std::to_string(k.params().size()));
+  TRD_INTERNAL_ASSERT(in.operands.size() == k.params().size(),
+                      "launch of " + s.name + " gives " + std::to_string(in.operands.size()) +
+                          " parameters, the kernel takes " + std::to_string(k.params().size()));
   for (size_t p = 0; p < in.operands.size(); ++p) {
     const ir::Operand& o = in.operands[p];
     LaunchSite::Param q;
     bool ptr = k.params()[p] == CType::Ptr;
     if (o.kind == K::Value || o.kind == K::ArgRef || o.kind == K::StateRef || o.kind == K::Ptr) {
-      if (!ptr) throw std::invalid_argument("launch of " + s.name + ": tensor for non-pointer parameter " + std::to_string(p));
+      TRD_INTERNAL_ASSERT(ptr, "launch of " + s.name + ": tensor for non-pointer parameter " + std::to_string(p));
       q.kind = LaunchSite::Param::Kind::Tensor;
       q.ref = o;
       if (o.kind == K::Ptr) {  // ptr(base, off): the verifier checked the shape of it
@@ -182,7 +183,8 @@ LaunchSite resolve_launch(const ir::Instr& in, const KernelInfo& k) {
     } else if (o.kind == K::None && ptr) {
       q.kind = LaunchSite::Param::Kind::Int;  // a null pointer
     } else {
-      throw std::invalid_argument("launch of " + s.name + ": unsupported parameter " + ir::print_operand(o));
+      ::trident::internal_error("launch of " + s.name + ": unsupported parameter " + ir::print_operand(o), __FILE__,
+                                __LINE__);
     }
     s.params.push_back(q);
   }

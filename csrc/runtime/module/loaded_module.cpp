@@ -1,5 +1,7 @@
 #include "runtime/module/loaded_module.h"
 
+#include "common/errors.h"
+
 #include "runtime/gemm/lt_gemm.h"
 #include "runtime/replay/op_replay.h"
 
@@ -12,8 +14,8 @@ std::shared_ptr<LoadedModule> LoadedModule::assemble(const std::string& selector
   mod->selector_path_ = selector_path;
   mod->selector_ = reinterpret_cast<trd_selector_entry_fn>(object_entry(selector_path, TRD_SELECTOR_ENTRY))();
   check_abi(selector_path, mod->selector_->abi_version);
-  if (mod->selector_->nspecs != static_cast<int32_t>(specs.size()))
-    throw ModuleLoadError(selector_path + " chooses among " + std::to_string(mod->selector_->nspecs) +
+  TRD_INTERNAL_ASSERT(mod->selector_->nspecs == static_cast<int32_t>(specs.size()),
+                      selector_path + " chooses among " + std::to_string(mod->selector_->nspecs) +
                           " specializations, the module has " + std::to_string(specs.size()));
   mod->specs_ = std::move(specs);
   mod->reuse_ = std::move(reuse);

@@ -1,4 +1,5 @@
 #include "runtime/module/loaded_spec.h"
+#include "common/errors.h"
 
 #include <dlfcn.h>
 
@@ -31,8 +32,8 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
   for (int32_t k = 0; k < spec->m_->nsites; ++k) {
     ir::Instr in = ir::parse_instr(spec->m_->sites[k]);
     if (in.kind == ir::Instr::Kind::Launch) {
-      if (in.a < 0 || in.a >= static_cast<int64_t>(spec->kernels_.size()))
-        throw ModuleLoadError("site " + std::to_string(k) + " launches an undeclared kernel");
+      TRD_INTERNAL_ASSERT(in.a >= 0 && in.a < static_cast<int64_t>(spec->kernels_.size()),
+                          "site " + std::to_string(k) + " launches an undeclared kernel");
       spec->launches_.push_back(resolve_launch(in, *spec->kernels_[in.a]));
       spec->site_index_.push_back(-static_cast<int32_t>(spec->launches_.size()));
     } else {

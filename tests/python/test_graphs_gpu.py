@@ -44,18 +44,24 @@ def decode_step(x, cache, pos_t, w):
     return torch.softmax(cache @ x.t(), dim=0).t() @ cache
 
 
+def decode_both(fast, x, mine, theirs, w, steps):
+    """`steps` decode steps of eager over `theirs` and `fast` over `mine` from position 0, results
+    equal bit for bit at every step; returns the last step's input for the next."""
+    for step in range(steps):
+        pos = torch.tensor([step], device="cuda")
+        want, got = decode_step(x, theirs, pos, w), fast(x, mine, pos, w)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        x = want.tanh()
+    return x
+
+
 def test_an_in_place_cache_decode_over_200_steps_matches_eager_and_writes_the_callers_cache():
     require_cuda()
     torch.manual_seed(0)
     w = torch.randn(64, 64, device="cuda") / 8
     mine, theirs = torch.zeros(256, 64, device="cuda"), torch.zeros(256, 64, device="cuda")
     fast = trident.compile(decode_step, graphs=True)
-    x = torch.randn(1, 64, device="cuda")
-    for step in range(200):
-        pos = torch.tensor([step], device="cuda")
-        want, got = decode_step(x, theirs, pos, w), fast(x, mine, pos, w)
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-        x = want.tanh()
+    decode_both(fast, torch.randn(1, 64, device="cuda"), mine, theirs, w, 200)
     assert torch.equal(mine, theirs)
     c = trident.counters(fast)
     assert c["graph_replays"] >= 195, c
@@ -135,12 +141,7 @@ def test_a_new_cache_per_generation_rebinds_one_graph_and_writes_each_new_cache(
     kept = []
     for generation in range(4):
         mine, theirs = torch.zeros(256, 64, device="cuda"), torch.zeros(256, 64, device="cuda")
-        x = torch.randn(1, 64, device="cuda")
-        for step in range(8):
-            pos = torch.tensor([step], device="cuda")
-            want, got = decode_step(x, theirs, pos, w), fast(x, mine, pos, w)
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
-            x = want.tanh()
+        decode_both(fast, torch.randn(1, 64, device="cuda"), mine, theirs, w, 8)
         assert torch.equal(mine, theirs)
         kept.append((mine.clone(), mine))
     for snapshot, cache in kept:  # a later generation never wrote an earlier cache

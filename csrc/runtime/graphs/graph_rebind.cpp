@@ -94,6 +94,10 @@ std::optional<GraphRebind> GraphRebind::plan(CUgraph a, CUgraph b, CUgraph c, co
     n.node = na[i];
     n.type = ta;
     const std::string at = "node " + std::to_string(i) + " of " + std::to_string(na.size()) + ": ";
+    // Node i's parameters in the three captures, through the driver's getter for its type.
+    auto read_three = [&](auto get, auto* pa, auto* pb, auto* pc) {
+      return get(na[i], pa) == CUDA_SUCCESS && get(nb[i], pb) == CUDA_SUCCESS && get(nc[i], pc) == CUDA_SUCCESS;
+    };
     switch (ta) {
       case CU_GRAPH_NODE_TYPE_KERNEL: {
         KernelNode kb, kc;
@@ -116,8 +120,7 @@ std::optional<GraphRebind> GraphRebind::plan(CUgraph a, CUgraph b, CUgraph c, co
       }
       case CU_GRAPH_NODE_TYPE_MEMCPY: {
         CUDA_MEMCPY3D pb{}, pc{};
-        if (d.GraphMemcpyNodeGetParams(na[i], &n.copy) != CUDA_SUCCESS || d.GraphMemcpyNodeGetParams(nb[i], &pb) != CUDA_SUCCESS ||
-            d.GraphMemcpyNodeGetParams(nc[i], &pc) != CUDA_SUCCESS)
+        if (!read_three(d.GraphMemcpyNodeGetParams, &n.copy, &pb, &pc))
           return *why = at + "a copy's parameters cannot be read", std::nullopt;
         const bool src_dev = n.copy.srcMemoryType == CU_MEMORYTYPE_DEVICE, dst_dev = n.copy.dstMemoryType == CU_MEMORYTYPE_DEVICE;
         std::string no = copy_field(cls, src_dev, n.copy.srcDevice, pb.srcDevice, pc.srcDevice, 0, &n.sites);
@@ -130,8 +133,7 @@ std::optional<GraphRebind> GraphRebind::plan(CUgraph a, CUgraph b, CUgraph c, co
       }
       case CU_GRAPH_NODE_TYPE_MEMSET: {
         CUDA_MEMSET_NODE_PARAMS pb{}, pc{};
-        if (d.GraphMemsetNodeGetParams(na[i], &n.set) != CUDA_SUCCESS || d.GraphMemsetNodeGetParams(nb[i], &pb) != CUDA_SUCCESS ||
-            d.GraphMemsetNodeGetParams(nc[i], &pc) != CUDA_SUCCESS)
+        if (!read_three(d.GraphMemsetNodeGetParams, &n.set, &pb, &pc))
           return *why = at + "a memset's parameters cannot be read", std::nullopt;
         if (std::string no = copy_field(cls, true, n.set.dst, pb.dst, pc.dst, 0, &n.sites); !no.empty())
           return *why = at + "a memset " + no, std::nullopt;

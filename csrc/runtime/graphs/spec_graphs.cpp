@@ -44,6 +44,14 @@ uint64_t extent_bytes(const at::Tensor& t) {
   return static_cast<uint64_t>((last + 1) * static_cast<int64_t>(t.element_size()));
 }
 
+// The bytes each bound argument's elements span from its data pointer (k.bound order). Computed
+// only where a capture or a rebind needs them, never on a replay.
+c10::SmallVector<uint64_t, 32> extents_of(const SpecGraphs::Call& c, const SpecGraphs::Keyed& k) {
+  c10::SmallVector<uint64_t, 32> out;
+  for (int32_t leaf : k.bound) out.push_back(extent_bytes(*c.args[leaf]));
+  return out;
+}
+
 // Whether the ranges [ptrs[i], ptrs[i] + extents[i]) are pairwise disjoint.
 bool disjoint(const c10::SmallVector<uint64_t, 32>& ptrs, const c10::SmallVector<uint64_t, 32>& extents) {
   c10::SmallVector<std::pair<uint64_t, uint64_t>, 32> r;
@@ -113,7 +121,7 @@ bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
   const int dev = impl->getDevice().index();
   Key& key = kd.key;
   c10::SmallVector<bool, 32>& copied = kd.copied;
-  kd.bound.clear(), kd.ptrs.clear(), kd.extents.clear();
+  kd.bound.clear(), kd.ptrs.clear();
   key.clear();
   copied.assign(static_cast<size_t>(c.nleaves), false);
   for (int32_t k = 0; k < c.nleaves; ++k) {
@@ -136,7 +144,6 @@ bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
           key.push_back(l.data_ptr ? std::min(__builtin_ctzll(l.data_ptr), kAlignBits) : -2);
           kd.bound.push_back(k);
           kd.ptrs.push_back(l.data_ptr);
-          kd.extents.push_back(extent_bytes(*t));
         }
         break;
       }
@@ -214,7 +221,7 @@ bool SpecGraphs::replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* ou
   if (found == graphs_.end()) {
     // Another graph of this key whose addresses can be rewritten: rebind it to the call's, when the
     // call's arguments do not overlap (the capture's did not).
-    if (movable == graphs_.end() || !disjoint(k.ptrs, k.extents)) return false;
+    if (movable == graphs_.end() || !disjoint(k.ptrs, extents_of(c, k))) return false;
     Graph& g = **movable;
     if (const CUresult r = g.rebind->apply(g.exec, k.ptrs.data()); r != CUDA_SUCCESS) {
       // Some nodes may hold the new addresses and some the old: the graph is no longer one to launch.
@@ -352,12 +359,13 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   CUgraph moved[2] = {nullptr, nullptr};
   std::string bind_why;  // why this graph will not rebind
   if (why.empty() && !k.bound.empty()) {
-    if (!disjoint(k.ptrs, k.extents)) {
+    const c10::SmallVector<uint64_t, 32> extents = extents_of(c, k);
+    if (!disjoint(k.ptrs, extents)) {
       bind_why = "its tensor arguments overlap";
     } else if (!api->segments) {
       bind_why = "no way to read the private pool's segments (trident._compat.private_pool_api)";
     } else {
-      for (size_t j = 0; j < k.bound.size(); ++j) moved_args.push_back({k.ptrs[j], k.extents[j], shift_of(j)});
+      for (size_t j = 0; j < k.bound.size(); ++j) moved_args.push_back({k.ptrs[j], extents[j], shift_of(j)});
       for (uint64_t times = 1; times <= 2 && bind_why.empty(); ++times) {
         CUgraph& m = moved[times - 1];
         if (std::string no = capture_moved(mod, spec, c, k, args, times, f, side, nout_ints, &m); !no.empty()) {

@@ -94,8 +94,7 @@ class SpecGraphs {
     Key key;
     c10::SmallVector<bool, 32> copied;  // per leaf: copied into the graph's buffer, not keyed by address
     c10::SmallVector<int32_t, 32> bound;  // the tensor leaves whose addresses the graph's nodes hold
-    c10::SmallVector<uint64_t, 32> ptrs;  // their data pointers, and the bytes their elements span
-    c10::SmallVector<uint64_t, 32> extents;
+    c10::SmallVector<uint64_t, 32> ptrs;  // their data pointers
     int device = -1;
     void* stream = nullptr;             // the caller's current stream
   };

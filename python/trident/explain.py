@@ -5,7 +5,7 @@ import re
 
 import torch
 
-from .guard_words import spec_in_words
+from .guard_words import dtype_names, spec_in_words
 
 
 def explain(compiled, *args, **kwargs) -> str:
@@ -81,7 +81,7 @@ def readable(line: str) -> str:
     if field == "kind":
         text = _KINDS.get(v)
     elif field == "dtype":
-        text = _dtype_names().get(v)
+        text = dtype_names().get(v)
     elif field == "device_type":
         from .aliasing import DEVICE_TYPE_CODES
         text = {c: n for n, c in DEVICE_TYPE_CODES.items()}.get(v)
@@ -91,14 +91,3 @@ def readable(line: str) -> str:
         text = "requires_grad" if v & 1 else "does not require grad"
     return f"{line}  # {text}" if text else line
 
-
-_DTYPE_NAMES: dict[int, str] = {}
-
-
-def _dtype_names() -> dict[int, str]:
-    if not _DTYPE_NAMES:
-        from .lower import dtype_code
-        for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                  torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128):
-            _DTYPE_NAMES[dtype_code(d)] = str(d).replace("torch.", "")
-    return _DTYPE_NAMES

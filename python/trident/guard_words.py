@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import torch
+
 from . import _C
 
 _LEAF_GUARD = re.compile(r"^guard L(\d+)\.(\w+)(?:\[(\d+)\])? == (.+)$")
@@ -77,6 +79,19 @@ def spec_in_words(text: str, names: list[str] | None) -> list[str]:
     return out
 
 
+_DTYPE_NAMES: dict[int, str] = {}
+
+
+def dtype_names() -> dict[int, str]:
+    """dtype codes (host IR, trd_leaf.dtype) to their torch names, `float32`."""
+    if not _DTYPE_NAMES:
+        from .lower import dtype_code
+        for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                  torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128):
+            _DTYPE_NAMES[dtype_code(d)] = str(d).replace("torch.", "")
+    return _DTYPE_NAMES
+
+
 def _balanced(e: str) -> bool:
     """Whether e's parentheses pair up on their own (so parentheses around it may go)."""
     depth = 0
@@ -90,9 +105,8 @@ def _balanced(e: str) -> bool:
 def _leaf_text(n: str, leaf: dict) -> str:
     kind = int(leaf.get("kind", -1))
     if kind == _C.LEAF_TENSOR:
-        from .explain import _dtype_names
         from .aliasing import DEVICE_TYPE_CODES
-        dtype = _dtype_names().get(int(leaf.get("dtype", -1)), leaf.get("dtype"))
+        dtype = dtype_names().get(int(leaf.get("dtype", -1)), leaf.get("dtype"))
         device = {c: d for d, c in DEVICE_TYPE_CODES.items()}.get(int(leaf.get("device_type", -1)), "?")
         index = leaf.get("device_index")
         if index not in (None, "-1"):

@@ -161,7 +161,7 @@ def profile_step(step, model, prompt, max_len, path, log, mode):
     log(f"{mode} profile: host submit {submit / n * 1e3:.3f} ms/step, wall {wall * 1e3:.3f} ms/step -> {path}")
 
 
-def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
+def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=None):
     # imported by the modes that use it: a run of the other modes never loads trident
     if mode in ("trident", "trident-graphs", "backend"):
         import trident
@@ -184,7 +184,7 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
         torch._dynamo.reset()
         fn = torch.compile(step, mode=None if mode == "compile" else "reduce-overhead")
     elif mode in ("generate-eager", "generate-hf-compile", "generate-trident", "generate-trident-graphs"):
-        return run_generate(mode, model, prompt, steps, max_len, log)
+        return run_generate(mode, model, prompt, steps, max_len, log, mask)
     else:
         raise SystemExit(f"unknown mode {mode}")
     toks, dt = decode(fn, model, prompt, steps, max_len)
@@ -196,7 +196,7 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None):
     return toks, dt, counters, None
 
 
-def run_generate(mode, model, prompt, steps, max_len, log):
+def run_generate(mode, model, prompt, steps, max_len, log, mask=None):
     """generate() with the static cache: eager (transformers' automatic torch.compile off), transformers'
     own automatic compile (generate-hf-compile), or model.forward compiled by trident (which turns
     the automatic compile off for that model). Each call of generate() makes a new StaticCache: graph
@@ -210,6 +210,8 @@ def run_generate(mode, model, prompt, steps, max_len, log):
     short, long = steps + 3, 2 * (steps + 3)
     kw = dict(do_sample=False, cache_implementation="static", pad_token_id=0,
               disable_compile=mode == "generate-eager")
+    if mask is not None:
+        kw["attention_mask"] = mask
     eager_forward = model.forward
     counters = None
 
@@ -247,6 +249,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--liger", action="store_true")
+    ap.add_argument("--pad", action="store_true",
+                    help="generate() modes: row r of the batch left-padded by r %% 4 tokens, with its attention mask")
     ap.add_argument("--out", default="/tmp/hf_decode")
     ap.add_argument("--profile", action="store_true", help="also profile each decode mode's step (profile_step)")
     args = ap.parse_args()
@@ -262,29 +266,42 @@ def main():
     model = build(args.model, args.layers, args.liger)
     g = torch.Generator(device="cpu").manual_seed(1)
     prompt = torch.randint(10, model.config.vocab_size, (args.batch, args.prompt), generator=g).cuda()
+    mask = None
+    if args.pad:
+        mask = torch.ones_like(prompt)
+        for r in range(args.batch):
+            mask[r, :r % 4] = 0
+        prompt = prompt.masked_fill(mask == 0, 0)  # pad_token_id 0
     max_len = args.prompt + args.steps + 8
     results = {}
     fl = floor(model, prompt, args.steps, max_len)
     log(f"device floor (eager step as one CUDA graph): {fl * 1e3:.3f} ms/step")
-    ref = None
+    # tokens are compared with eager's: the decode loop's with the eager loop's, generate()'s with
+    # generate-eager's where it ran (with --pad only those match: the loop passes no padding mask)
+    refs = {}
+    results = {"floor": {"ms": fl * 1e3}}
     for mode in args.modes.split(","):
         try:
             toks, dt, counters, per_token = run_mode(mode, model, prompt, args.steps, max_len, log,
-                                                     out if args.profile else None)
+                                                     out if args.profile else None, mask)
         except Exception as e:  # noqa: BLE001  (a mode that fails is reported, the others still run)
             log(f"{mode}: FAILED {type(e).__name__}: {str(e)[:400]}")
             results[mode] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
             continue
-        if mode in ("eager", "generate-eager") or ref is None:
-            ref = toks if mode == "eager" else ref
+        if mode in ("eager", "generate-eager"):
+            refs[mode] = toks
+        ref = refs.get("eager")
+        if mode.startswith("generate"):
+            ref = refs.get("generate-eager", ref if mask is None else None)
         n = min(toks.shape[1], ref.shape[1]) if ref is not None else 0
         same = int((toks[:, :n] == ref[:, :n]).all(0).long().cumprod(0).sum()) if ref is not None else 0
         results[mode] = {"ms": dt * 1e3, "tok_s": args.batch / dt, "same_tokens": f"{same}/{n}",
                          "counters": counters}
         if per_token is not None:
             results[mode]["per_token_ms"] = per_token * 1e3
-    results["floor"] = {"ms": fl * 1e3}
-    (out / f"{args.model}-b{args.batch}.json").write_text(json.dumps(results, indent=1))
+        # written after each mode: a mode that kills the process (reduce-overhead has) loses only itself
+        (out / f"{args.model}-b{args.batch}.json").write_text(json.dumps(results, indent=1))
+    results["floor"] = results.pop("floor")
     eager = results.get("eager", {}).get("ms")
     log(f"\n{args.model} ({model.config.num_hidden_layers} layers) batch {args.batch}, liger={args.liger}")
     log(f"{'mode':<24}{'ms/step':>9}{'tok/s':>9}{'x eager':>9}{'x floor':>9}  same tokens  (generate: ms per "

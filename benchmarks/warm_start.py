@@ -49,6 +49,11 @@ def child(args):
         ref.append(step(ref[0][:, -1:].argmax(-1), ref_cache))
         mega = Path(args.cache) / "torch_compile_mega_cache.bin"
         sync()
+        prof = None
+        if args.profile:
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
         t0 = time.perf_counter()
         if args.child.startswith("trident"):
             import trident
@@ -58,20 +63,30 @@ def child(args):
                 torch.compiler.load_cache_artifacts(mega.read_bytes())
             fn = torch.compile(step)
         cache = StaticCache(config=model.config, max_cache_len=32)
+        t_ready = time.perf_counter()
         out = [fn(prompt, cache)]
+        sync()
+        t_first = time.perf_counter()
         out.append(fn(ref[0][:, -1:].argmax(-1), cache))
         sync()
         seconds = time.perf_counter() - t0
+        if prof is not None:
+            import pstats
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
         if args.child == "compile-cold":
             saved = torch.compiler.save_cache_artifacts()
             if saved is not None:
                 mega.write_bytes(saved[0])
     err = max(float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref))
-    row = {"mode": args.child, "seconds": seconds, "max_abs_err": err}
+    # split: import and wrapping, the prefill (the first call: a capture or a saved load), the decode step
+    row = {"mode": args.child, "seconds": seconds, "setup": t_ready - t0, "prefill": t_first - t_ready,
+           "decode": seconds - (t_first - t0), "max_abs_err": err}
     if args.child.startswith("trident"):
         c = trident.counters(fn)
         row.update(captures=c["captures"], artifact_loads=c["artifact_loads"],
-                   artifacts_rejected=c["artifacts_rejected"], specializations=c["specializations"])
+                   artifacts_rejected=c["artifacts_rejected"], specializations=c["specializations"],
+                   c_compile=c["compile_seconds"], c_load=c["load_seconds"], c_cache_loads=c["module_cache_loads"])
     print("ROW " + json.dumps(row), flush=True)
 
 
@@ -84,6 +99,7 @@ def main():
     ap.add_argument("--dims", default=None, help="JSON config overrides (a small model for a CPU check)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", default="/tmp/warm_start")
+    ap.add_argument("--profile", action="store_true", help="cProfile each child's timed region into its log")
     ap.add_argument("--child", default=None)
     ap.add_argument("--cache", default=None)
     args = ap.parse_args()
@@ -97,7 +113,8 @@ def main():
     for mode in args.modes.split(","):
         cmd = [sys.executable, __file__, "--child", mode, "--cache", cache, "--model", args.model,
                "--device", args.device] + (["--layers", str(args.layers)] if args.layers else []) + \
-              (["--liger"] if args.liger else []) + (["--dims", args.dims] if args.dims else [])
+              (["--liger"] if args.liger else []) + (["--dims", args.dims] if args.dims else []) + \
+              (["--profile"] if args.profile else [])
         run = subprocess.run(cmd, env=env, capture_output=True, text=True)
         (out / f"{mode}.log").write_text(run.stdout + run.stderr)
         found = [json.loads(line[4:]) for line in run.stdout.splitlines() if line.startswith("ROW ")]
@@ -105,12 +122,13 @@ def main():
         print(json.dumps(rows[-1]), flush=True)
     (out / f"{args.model}.json").write_text(json.dumps(rows, indent=1))
     print(f"\n{args.model} ({args.layers or 'all'} layers): time to prefill + one decode step in a new process")
-    print(f"{'mode':<14}{'seconds':>9}  captures  saved loads  max |err|")
+    print(f"{'mode':<14}{'seconds':>9}{'setup':>7}{'prefill':>9}{'decode':>8}  captures  saved loads  max |err|")
     for r in rows:
         if "error" in r:
             print(f"{r['mode']:<14} FAILED {r['error'][:90]}")
             continue
-        print(f"{r['mode']:<14}{r['seconds']:>9.2f}  {r.get('captures', '-')!s:>8}  {r.get('artifact_loads', '-')!s:>11}"
+        print(f"{r['mode']:<14}{r['seconds']:>9.2f}{r['setup']:>7.2f}{r['prefill']:>9.2f}{r['decode']:>8.2f}"
+              f"  {r.get('captures', '-')!s:>8}  {r.get('artifact_loads', '-')!s:>11}"
               f"  {r['max_abs_err']:.2e}")
 
 

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define TRD_ABI_VERSION 3
+#define TRD_ABI_VERSION 4
 #define TRD_MAX_DIM 8
 #define TRD_BRANCH_MISS "trident: branch not taken: "
 
@@ -58,6 +58,10 @@ typedef struct trd_call {
   int32_t structure_len;
   int32_t after;              /* select answers only specializations numbered above this (-1: all):
                                * the next one to try after a run found its branch not taken */
+  const int64_t* const* tables; /* the module's guard tables (trd_selector.ntables of them), set by
+                               * the runtime at selection: data the selector reads that differs
+                               * from process to process (module state addresses), so the
+                               * selector's code does not */
 } trd_call;
 
 typedef struct trd_frame trd_frame; /* opaque: per-call tensor slots, owned by the runtime */
@@ -91,25 +95,25 @@ typedef struct trd_rt {
 /* One specialization's host program. Reads leaves, writes integer outputs to out_ints. */
 typedef int (*trd_run_fn)(const trd_rt* rt, trd_frame* f, const trd_leaf* leaves, int64_t* out_ints);
 
-/* What a specialization's object exports through trident_spec_v1(). All strings are static. The
- * object does not know its index among the module's specializations: the same program is the same
- * object (and the same cache entry) in any module. */
+/* What a specialization's object exports through trident_spec_v1(). The object holds code only:
+ * the tables that describe its call sites, kernels and output tree (host IR text, holding this
+ * process's object numbers and file paths) come to the runtime from the emitter with the object,
+ * so the same program is the same object (and the same cache entry) in any module and any process.
+ * The counts let the loader check that the two belong together. */
 typedef struct trd_spec {
   uint32_t abi_version;
   trd_run_fn run;
   int32_t nslots;                    /* frame size of the program */
   int32_t nout_ints;
-  const char* output;                /* output tree, host IR return syntax */
-  int32_t nsites;
-  const char* const* sites;          /* [nsites] call/launch site, host IR instruction syntax */
-  int32_t nkernels;
-  const char* const* kernels;        /* [nkernels] Triton kernel declarations, host IR syntax */
+  int32_t nsites;                    /* call and launch sites the program names, 0..nsites-1 */
+  int32_t nkernels;                  /* Triton kernels its launch sites name */
 } trd_spec;
 
 /* What the selector's object exports through trident_selector_v1(). */
 typedef struct trd_selector {
   uint32_t abi_version;
   int32_t nspecs;
+  int32_t ntables;                   /* guard tables it reads through trd_call.tables */
   /* Decision program: index of the specialization whose guards all hold, or -1 (miss).
    * Never explains; the runtime's cold path does that. */
   int32_t (*select)(const trd_call* call);

@@ -129,7 +129,7 @@ class Emitter {
   }
 
   std::string functions;  // helper functions, each defined before its first use
-  GuardStatics statics;   // file-scope tables the guards read (before the functions)
+  GuardTables tables;     // data the guards read through c->tables
 
  private:
   int next_function_ = 0;
@@ -157,7 +157,7 @@ class Emitter {
     for (const auto& g : cands[0].guards) {
       std::string k = key(g);
       if (count[k] == static_cast<int>(cands.size()) && emitted.insert(k).second)
-        line(depth, "if (!(" + guard_expr(g, &statics) + ")) return -1;");
+        line(depth, "if (!(" + guard_expr(g, &tables) + ")) return -1;");
     }
     for (auto& c : cands)
       c.guards.erase(std::remove_if(c.guards.begin(), c.guards.end(),
@@ -170,7 +170,7 @@ class Emitter {
       const std::string after = "c->after < " + std::to_string(c.id);
       if (c.guards.empty()) { line(depth, "if (" + after + ") return " + std::to_string(c.id) + ";"); continue; }
       std::string cond = after;
-      for (const auto& g : c.guards) cond += " && (" + guard_expr(g, &statics) + ")";
+      for (const auto& g : c.guards) cond += " && (" + guard_expr(g, &tables) + ")";
       line(depth, "if (" + cond + ") return " + std::to_string(c.id) + ";");
     }
     line(depth, "return -1;");
@@ -179,12 +179,12 @@ class Emitter {
 
 }  // namespace
 
-std::string c_expr(const ir::Expr& e, GuardStatics* statics);
+std::string c_expr(const ir::Expr& e, GuardTables* tables);
 
 // no_overlap (ir/expr.h) as a call of emit_c.cpp's trd_no_overlap: the arguments' triples as a
-// writable local array (the helper sorts it), the state's extents as two file-scope arrays sorted
-// by start with a running maximum of their ends: all of it, and the written part.
-std::string no_overlap_expr(const ir::Expr& e, GuardStatics* statics) {
+// writable local array (the helper sorts it), the state's extents as two guard tables (GuardTables)
+// sorted by start with a running maximum of their ends: all of it, and the written part.
+std::string no_overlap_expr(const ir::Expr& e, GuardTables* tables) {
   using K = ir::Expr::Kind;
   std::vector<std::string> leaf;
   struct Extent { int64_t start, end, cls; };
@@ -197,7 +197,7 @@ std::string no_overlap_expr(const ir::Expr& e, GuardStatics* statics) {
       if (e.args[k + 2]->value > 0)
         state.push_back({e.args[k + 1]->value, e.args[k + 1]->value + e.args[k + 2]->value, cls});
     } else {
-      leaf.push_back(int_literal(cls) + ", " + c_expr(*e.args[k + 1], statics) + ", " + c_expr(*e.args[k + 2], statics));
+      leaf.push_back(int_literal(cls) + ", " + c_expr(*e.args[k + 1], tables) + ", " + c_expr(*e.args[k + 2], tables));
     }
   }
   if (leaf.empty()) return "INT64_C(1)";  // state against state is not checked
@@ -206,17 +206,17 @@ std::string no_overlap_expr(const ir::Expr& e, GuardStatics* statics) {
     for (const auto& x : state)
       if (!written_only || x.cls == ir::kWrittenState) t.push_back(x);
     if (t.empty()) return {"NULL", 0};
-    TRD_INTERNAL_ASSERT(statics, "no_overlap over module state needs file-scope tables");
+    TRD_INTERNAL_ASSERT(tables, "no_overlap over module state needs guard tables");
     std::sort(t.begin(), t.end(), [](const Extent& a, const Extent& b) { return a.start < b.start; });
-    std::string name = "trd_extents_" + std::to_string(statics->next++);
-    std::string body;
+    std::vector<int64_t> body;
     int64_t run = INT64_MIN;
     for (const auto& x : t) {
       run = std::max(run, x.end);
-      body += (body.empty() ? "" : ", ") + int_literal(x.start) + ", " + int_literal(run);
+      body.push_back(x.start);
+      body.push_back(run);
     }
-    statics->text += "static const int64_t " + name + "[] = {" + body + "};\n";
-    return {name, t.size()};
+    tables->tables.push_back(std::move(body));
+    return {"c->tables[" + std::to_string(tables->tables.size() - 1) + "]", t.size()};
   };
   auto all = table(false), written = table(true);
   std::string items;
@@ -227,9 +227,9 @@ std::string no_overlap_expr(const ir::Expr& e, GuardStatics* statics) {
 
 // C for a guard expression; floor division and modulo go through the safe helpers (0 on a zero
 // divisor) so that a guard can fail but never trap.
-std::string c_expr(const ir::Expr& e, GuardStatics* statics) {
+std::string c_expr(const ir::Expr& e, GuardTables* tables) {
   using K = ir::Expr::Kind;
-  auto a = [&](int k) { return c_expr(*e.args[k], statics); };
+  auto a = [&](int k) { return c_expr(*e.args[k], tables); };
   switch (e.kind) {
     case K::Int: return int_literal(e.value);
     case K::Field: return "(int64_t)(" + field_expr(e.field) + ")";
@@ -251,13 +251,13 @@ std::string c_expr(const ir::Expr& e, GuardStatics* statics) {
     case K::Max: return "trd_max(" + a(0) + ", " + a(1) + ")";
     case K::Min: return "trd_min(" + a(0) + ", " + a(1) + ")";
     case K::Disjoint: return "trd_disjoint(" + a(0) + ", " + a(1) + ", " + a(2) + ", " + a(3) + ")";
-    case K::NoOverlap: return no_overlap_expr(e, statics);
+    case K::NoOverlap: return no_overlap_expr(e, tables);
   }
   return "0";
 }
 
-std::string guard_expr(const Guard& g, GuardStatics* statics) {
-  if (g.expr) return c_expr(*g.expr, statics) + " != 0";
+std::string guard_expr(const Guard& g, GuardTables* tables) {
+  if (g.expr) return c_expr(*g.expr, tables) + " != 0";
   std::string lhs = field_expr(g.lhs);
   if (g.lhs.kind == Field::Kind::FloatValue && !g.rhs_is_field) {
     // Every comparison with NaN is false except !=, as in C and Python.
@@ -277,7 +277,7 @@ std::string guard_expr(const Guard& g, GuardStatics* statics) {
   }
 }
 
-std::string emit_select(const std::vector<ir::Spec>& specs) {
+EmittedSelect emit_select(const std::vector<ir::Spec>& specs) {
   Emitter e;
   e.line(0, "static int32_t trd_select(const trd_call* c) {");
   // Group by structure, keeping first-appearance order.
@@ -300,7 +300,7 @@ std::string emit_select(const std::vector<ir::Spec>& specs) {
   }
   e.line(1, "return -1;");
   e.line(0, "}");
-  return e.statics.text + e.functions + e.out;
+  return {e.functions + e.out, std::move(e.tables)};
 }
 
 }  // namespace trident::guards

@@ -19,18 +19,24 @@
 
 namespace trident::guards {
 
-// C source of `static int32_t trd_select(const trd_call* c)`.
-std::string emit_select(const std::vector<ir::Spec>& specs);
-
-// File-scope C a guard expression needs beside itself (no_overlap's sorted state extents), with
-// the names it has given out.
-struct GuardStatics {
-  std::string text;
-  int next = 0;
+// Data a decision program reads beside its code: no_overlap's module state extents, sorted by start
+// with a running maximum of their ends, one table per use. They are addresses of this process's
+// tensors, so they are not compiled in (the same guards make the same object in every process and
+// every module): the generated code reads table k as c->tables[k], and the runtime hands these
+// over with each call (trd_call.tables).
+struct GuardTables {
+  std::vector<std::vector<int64_t>> tables;  // [start, running end] pairs, flattened
 };
 
-// C expression for one guard over `const trd_call* c`. `statics` receives what it needs at file
-// scope; a no_overlap guard over module state throws std::logic_error without it.
-std::string guard_expr(const ir::Guard& g, GuardStatics* statics = nullptr);
+struct EmittedSelect {
+  std::string source;  // `static int32_t trd_select(const trd_call* c)` and its helpers
+  GuardTables tables;
+};
+
+EmittedSelect emit_select(const std::vector<ir::Spec>& specs);
+
+// C expression for one guard over `const trd_call* c`. A no_overlap guard over module state adds
+// its tables to `tables` (std::logic_error without it).
+std::string guard_expr(const ir::Guard& g, GuardTables* tables = nullptr);
 
 }  // namespace trident::guards

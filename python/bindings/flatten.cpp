@@ -258,6 +258,7 @@ trd_call make_call(const FlatArgs& flat) {
   c.structure = flat.structure.data();
   c.structure_len = static_cast<int32_t>(flat.structure.size());
   c.after = -1;
+  c.tables = nullptr;  // the module's, set by LoadedModule::select
   return c;
 }
 

@@ -63,11 +63,17 @@ PyObject* py_ir_pass(PyObject*, PyObject* args) {
       for (auto& s : m.specs) planner::insert_releases(s);
       return ir::print(m);
     }
-    if (pass == "select") return guards::emit_select(m.specs);
-    if (pass == "emit_c") {  // the selector, then each spec's object, as compiled
+    if (pass == "select") return guards::emit_select(m.specs).source;
+    if (pass == "emit_c") {  // the selector, then each spec's object as compiled and what describes it
       codegen::EmittedModule e = codegen::emit_module(m);
-      std::string out = e.selector;
-      for (const auto& spec : e.specs) out += spec;
+      std::string out = e.selector.source;
+      for (const auto& spec : e.specs) {
+        out += spec.source;
+        for (size_t k = 0; k < spec.sites.size(); ++k) out += "site " + std::to_string(k) + " = " + ir::quote(spec.sites[k]) + "\n";
+        for (size_t k = 0; k < spec.kernels.size(); ++k)
+          out += "kernel " + std::to_string(k) + " = " + ir::quote(spec.kernels[k]) + "\n";
+        out += "output = " + ir::quote(spec.output) + "\n";
+      }
       return out;
     }
     throw std::invalid_argument("unknown pass '" + pass + "': expected liveness, select or emit_c");

@@ -348,8 +348,8 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     const ir::Spec& added = next.specs.back();
     // Only the new spec's object and the selector are built; the module that replaces the current
     // one shares the other specs' loaded objects (and their sites' state) and the buffer pool.
-    const std::string spec_source = codegen::emit_spec(added);
-    const std::string selector_source = codegen::emit_selector(next.specs);
+    const codegen::EmittedSpec spec_code = codegen::emit_spec(added);
+    const codegen::EmittedSelector selector_code = codegen::emit_selector(next.specs);
     std::shared_ptr<const runtime::LoadedModule> current = st->loaded;
     std::vector<std::shared_ptr<runtime::LoadedSpec>> specs;
     std::shared_ptr<runtime::ReuseState> reuse = std::make_shared<runtime::ReuseState>();
@@ -365,12 +365,13 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     try {
       std::shared_ptr<runtime::LoadedSpec> loaded_spec;
       const auto t0 = std::chrono::steady_clock::now();
-      built = build_and_load(spec_source, [&](const std::string& path) {
-        loaded_spec = runtime::LoadedSpec::load(path, added, *reuse);
+      built = build_and_load(spec_code.source, [&](const std::string& path) {
+        loaded_spec = runtime::LoadedSpec::load(path, added, {spec_code.sites, spec_code.kernels, spec_code.output},
+                                                *reuse);
       });
       specs.push_back(std::move(loaded_spec));
-      built_selector = build_and_load(selector_source, [&](const std::string& path) {
-        loaded = runtime::LoadedModule::assemble(path, specs, reuse);
+      built_selector = build_and_load(selector_code.source, [&](const std::string& path) {
+        loaded = runtime::LoadedModule::assemble(path, specs, reuse, selector_code.tables.tables);
       });
       load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
                      built.compile_seconds - built_selector.compile_seconds;

@@ -18,14 +18,24 @@ import torch
 import trident
 from trident import _C
 
-_BUILD = r"""
+# Function k of the entries: k additions, so that each is a program of different code (an object
+# holds code only: `x * 2 + k` for every k would be one object, its constant in the text the runtime
+# is handed with it). Shared, as source, by this file and the process that builds the entries.
+_FN_TEXT = """
+def fn_text(k):
+    return "lambda x: " + "(" * k + "x * 2" + " + 1)" * k
+"""
+exec(_FN_TEXT)
+
+_BUILD = _FN_TEXT + r"""
 import json, sys, torch, trident
 paths, loads = [], 0
 for k in range(int(sys.argv[1])):
-    f = trident.compile(eval(f"lambda x: x * 2 + {k}"))
+    f = trident.compile(eval(fn_text(k)))
     assert torch.equal(f(torch.ones(3)), torch.full((3,), 2.0 + k))
     paths.append(trident.controller(f).scm.paths()[1])
     loads += trident.counters(f)["module_cache_loads"]
+assert len(set(paths)) == len(paths), paths
 print(json.dumps([paths, loads]))
 """
 
@@ -86,7 +96,7 @@ def test_every_damaged_cache_entry_is_rebuilt_with_one_warning_and_the_right_res
         damage(paths[k])
     monkeypatch.setenv("TRIDENT_CACHE_DIR", cache)
     for k, (name, _) in enumerate(cases):
-        fn = eval(f"lambda x: x * 2 + {k}")
+        fn = eval(fn_text(k))  # noqa: F821  (defined by exec(_FN_TEXT))
         fast = trident.compile(fn)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -108,7 +118,7 @@ def test_a_cache_entry_of_another_user_is_not_loaded(tmp_path, monkeypatch):
     (path,) = _build_entries(cache, 1)
     os.chown(path, 65534, 65534)
     monkeypatch.setenv("TRIDENT_CACHE_DIR", cache)
-    fast = trident.compile(lambda x: x * 2 + 0)
+    fast = trident.compile(eval(fn_text(0)))  # noqa: F821
     with pytest.warns(RuntimeWarning, match="owned by uid 65534"):
         assert torch.equal(fast(torch.ones(3)), torch.full((3,), 2.0))
 

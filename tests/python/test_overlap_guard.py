@@ -80,13 +80,14 @@ def test_adjacent_empty_and_read_only_ranges_never_conflict():
     assert why == "no_overlap: argument L0 (written) overlaps argument L1", why
 
 
-def test_module_state_extents_are_sorted_into_tables_of_the_generated_module():
+def test_module_state_extents_are_tables_the_module_hands_to_its_selector():
     buf = torch.zeros(64)
     p = buf.data_ptr()
     state = [(READ_STATE, p + 128, 16), (WRITTEN_STATE, p + 32, 8), (READ_STATE, p, 8)]
     scm = _scm(_spec([WRITTEN, STATE_ONLY], state))
     src = open(scm.selector_paths()[0]).read()
-    assert f"static const int64_t trd_extents_0[] = {{INT64_C({p}), INT64_C({p + 8}), INT64_C({p + 32})" in src
+    # The addresses are data, not code: the same guards over state elsewhere compile to the same object.
+    assert "c->tables[0], 3, c->tables[1], 1)" in src and str(p) not in src, src[-800:]
     assert "trd_no_overlap((int64_t[]){" in src and "disjoint" not in src.split("trd_select")[1]
     assert scm.select(buf[4:6], buf[20:30]) == 0         # nothing touches the state
     assert scm.select(buf[33:34], buf[20:30]) == -1      # a written argument inside read state
@@ -94,3 +95,14 @@ def test_module_state_extents_are_sorted_into_tables_of_the_generated_module():
     assert scm.select(buf[4:6], buf[0:2]) == 0           # ... but it may overlap read state
     (_, why), = scm.explain_call(buf[4:6], buf[8:9])
     assert why == f"no_overlap: argument L1 overlaps module state at {p + 32} (written)", why
+
+
+def test_one_selector_object_serves_modules_whose_state_lives_at_different_addresses():
+    a, b = torch.zeros(64), torch.zeros(64)
+    scms = [_scm(_spec([WRITTEN], [(WRITTEN_STATE, t.data_ptr(), 64)])) for t in (a, b)]
+    assert scms[0].selector_paths() == scms[1].selector_paths()   # one cache entry, one loaded object
+    assert scms[1].counters()["compiles"] == 1
+    for mine, other, scm in ((a, b, scms[0]), (b, a, scms[1])):
+        assert scm.select(mine[0:4]) == -1        # inside its own state's first 64 bytes
+        assert scm.select(mine[16:20]) == 0       # past them
+        assert scm.select(other[0:4]) == 0        # the other module's state is not its own

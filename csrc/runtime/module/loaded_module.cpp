@@ -9,7 +9,8 @@ namespace trident::runtime {
 
 std::shared_ptr<LoadedModule> LoadedModule::assemble(const std::string& selector_path,
                                                      std::vector<std::shared_ptr<LoadedSpec>> specs,
-                                                     std::shared_ptr<ReuseState> reuse) {
+                                                     std::shared_ptr<ReuseState> reuse,
+                                                     std::vector<std::vector<int64_t>> tables) {
   auto mod = std::make_shared<LoadedModule>();
   mod->selector_path_ = selector_path;
   mod->selector_ = reinterpret_cast<trd_selector_entry_fn>(object_entry(selector_path, TRD_SELECTOR_ENTRY))();
@@ -17,6 +18,11 @@ std::shared_ptr<LoadedModule> LoadedModule::assemble(const std::string& selector
   TRD_INTERNAL_ASSERT(mod->selector_->nspecs == static_cast<int32_t>(specs.size()),
                       selector_path + " chooses among " + std::to_string(mod->selector_->nspecs) +
                           " specializations, the module has " + std::to_string(specs.size()));
+  TRD_INTERNAL_ASSERT(mod->selector_->ntables == static_cast<int32_t>(tables.size()),
+                      selector_path + " reads " + std::to_string(mod->selector_->ntables) + " guard tables, " +
+                          std::to_string(tables.size()) + " were emitted with it");
+  mod->tables_ = std::move(tables);
+  for (const auto& t : mod->tables_) mod->table_ptrs_.push_back(t.data());
   mod->specs_ = std::move(specs);
   mod->reuse_ = std::move(reuse);
   return mod;

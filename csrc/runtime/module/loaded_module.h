@@ -17,13 +17,21 @@ namespace trident::runtime {
 
 class LoadedModule {
  public:
-  // Loads the selector object at `selector_path` over `specs` (in spec order, sharing `reuse`);
-  // checks that the selector chooses among exactly that many.
+  // Loads the selector object at `selector_path` over `specs` (in spec order, sharing `reuse`) with
+  // the guard tables its code reads (guards/decision.h); checks that the selector chooses among
+  // exactly that many specs and reads that many tables.
   static std::shared_ptr<LoadedModule> assemble(const std::string& selector_path,
                                                 std::vector<std::shared_ptr<LoadedSpec>> specs,
-                                                std::shared_ptr<ReuseState> reuse);
+                                                std::shared_ptr<ReuseState> reuse,
+                                                std::vector<std::vector<int64_t>> tables);
 
-  int32_t select(const trd_call& call) const { return selector_->select(&call); }
+  // The decision program over `call`, with this module's guard tables (an object may be shared by
+  // modules whose state lives elsewhere: the tables are the module's, not the object's).
+  int32_t select(const trd_call& call) const {
+    trd_call c = call;
+    c.tables = table_ptrs_.data();
+    return selector_->select(&c);
+  }
   int32_t num_specs() const { return static_cast<int32_t>(specs_.size()); }
   const LoadedSpec& spec(int32_t k) const { return *specs_[k]; }
   const std::vector<std::shared_ptr<LoadedSpec>>& specs() const { return specs_; }
@@ -70,6 +78,8 @@ class LoadedModule {
  private:
   std::string selector_path_;
   const trd_selector* selector_ = nullptr;
+  std::vector<std::vector<int64_t>> tables_;
+  std::vector<const int64_t*> table_ptrs_;  // into tables_, as trd_call.tables
   std::vector<std::shared_ptr<LoadedSpec>> specs_;
   std::shared_ptr<ReuseState> reuse_;  // shared by all specs' allocation sites
 };

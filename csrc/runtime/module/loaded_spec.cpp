@@ -22,15 +22,21 @@ void check_abi(const std::string& path, uint32_t version) {
                           std::to_string(TRD_ABI_VERSION));
 }
 
-std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const ir::Spec& ir, ReuseState& reuse) {
+std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const ir::Spec& ir, const Described& text,
+                                             ReuseState& reuse) {
   auto spec = std::make_shared<LoadedSpec>();
   spec->path_ = so_path;
   spec->m_ = reinterpret_cast<trd_spec_entry_fn>(object_entry(so_path, TRD_SPEC_ENTRY))();
   check_abi(so_path, spec->m_->abi_version);
-  for (int32_t k = 0; k < spec->m_->nkernels; ++k)
-    spec->kernels_.push_back(std::make_unique<KernelInfo>(ir::parse_kernel(spec->m_->kernels[k])));
-  for (int32_t k = 0; k < spec->m_->nsites; ++k) {
-    ir::Instr in = ir::parse_instr(spec->m_->sites[k]);
+  TRD_INTERNAL_ASSERT(spec->m_->nsites == static_cast<int32_t>(text.sites.size()) &&
+                          spec->m_->nkernels == static_cast<int32_t>(text.kernels.size()),
+                      so_path + " names " + std::to_string(spec->m_->nsites) + " sites and " +
+                          std::to_string(spec->m_->nkernels) + " kernels, its description " +
+                          std::to_string(text.sites.size()) + " and " + std::to_string(text.kernels.size()));
+  for (const auto& kernel : text.kernels)
+    spec->kernels_.push_back(std::make_unique<KernelInfo>(ir::parse_kernel(kernel)));
+  for (size_t k = 0; k < text.sites.size(); ++k) {
+    ir::Instr in = ir::parse_instr(text.sites[k]);
     if (in.kind == ir::Instr::Kind::Launch) {
       TRD_INTERNAL_ASSERT(in.a >= 0 && in.a < static_cast<int64_t>(spec->kernels_.size()),
                           "site " + std::to_string(k) + " launches an undeclared kernel");
@@ -42,7 +48,7 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
       spec->site_index_.push_back(static_cast<int32_t>(spec->sites_.size() - 1));
     }
   }
-  spec->output_ = ir::parse_operand(spec->m_->output);
+  spec->output_ = ir::parse_operand(text.output);
   // A program with collectives waits on other processes: its runs let other Python threads in from
   // the first (holding the GIL across a wait on peers deadlocked a Gloo all-reduce under load).
   for (const auto& site : spec->sites_)

@@ -41,10 +41,19 @@ struct ReuseState {
 
 class LoadedSpec {
  public:
-  // Loads `so_path` (a trident_spec_v1 object); checks the ABI version; resolves every site, sorting
-  // allocation sites into `reuse`'s kinds. `ir` gives the spec's `writes` and `graph off` to its
-  // graphs. The object is never unloaded: it is small and a call in flight may still be inside it.
-  static std::shared_ptr<LoadedSpec> load(const std::string& so_path, const ir::Spec& ir, ReuseState& reuse);
+  // The host IR text that describes an object's sites, kernels and output tree (the emitter's,
+  // codegen/emit_c.h): the object holds code only, so that it is the same in every process.
+  struct Described {
+    const std::vector<std::string>& sites;
+    const std::vector<std::string>& kernels;
+    const std::string& output;
+  };
+  // Loads `so_path` (a trident_spec_v1 object) described by `text`; checks the ABI version and that
+  // the two agree; resolves every site, sorting allocation sites into `reuse`'s kinds. `ir` gives the
+  // spec's `writes` and `graph off` to its graphs. The object is never unloaded: it is small and a
+  // call in flight may still be inside it.
+  static std::shared_ptr<LoadedSpec> load(const std::string& so_path, const ir::Spec& ir, const Described& text,
+                                          ReuseState& reuse);
 
   int32_t num_slots() const { return m_->nslots; }
   int32_t num_out_ints() const { return m_->nout_ints; }

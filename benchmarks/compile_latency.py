@@ -24,7 +24,7 @@ import models  # noqa: E402
 
 
 def fake_gpu_compile():
-    """Let Dynamo capture and Triton compile for sm_90 without a GPU (shared/TRITON.md 1.9, 3.5)."""
+    """Let Dynamo capture and Triton compile for sm_90 without a GPU (tests/python/fake_cuda.py)."""
     import torch.utils._triton as tu
     import triton
     sys.path.insert(0, str(HERE.parent / "tests" / "python"))

@@ -129,7 +129,7 @@ struct Instr {
 };
 
 // A compiled Triton kernel a spec launches: the cubin on disk and exactly what Triton 3.6's own
-// launcher needs (TRITON.md section 1). `params` lists the C type of each runtime parameter in
+// launcher needs (its nvidia driver.py). `params` lists the C type of each runtime parameter in
 // launch order (constexprs and ints equal to 1 already dropped; the two scratch pointers are not
 // listed, the runtime appends them).
 struct Kernel {

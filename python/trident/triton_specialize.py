@@ -16,6 +16,7 @@ are rejected rather than guessed at.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import triton
 import triton.language as tl
@@ -292,7 +293,7 @@ def specialize(fn, args: list[ArgSpec], options: dict | None = None,
     ``cache_key`` = ``str(specialization) + str(options)``.
     """
     fn = _require_jit(fn)
-    backend = make_backend(target or DEFAULT_TARGET)
+    backend = _backend(target or DEFAULT_TARGET)
     opts = _launch_options(fn, options)
     _check_options(fn, backend, opts)
     specialization, bound, guards = [], [], []
@@ -331,6 +332,38 @@ def runtime_params(fn, signature: dict[str, str]) -> list[KernelParam]:
     return params + [KernelParam(name, "ptr", -1) for name in SCRATCH_PARAMS]
 
 
+# triton.compile's results in this process, by what decides them. A program launches the same few
+# kernels once per layer: Triton's own lookup of a compiled kernel (options parsed, source hashed,
+# its cache directory's files read, metadata objects made) cost about 0.8 ms per launch site, most
+# of the time to lower a new specialization whose kernels exist. The source's hash (fn.cache_key,
+# which covers the functions it calls) is part of the key, so an edited kernel is compiled again.
+_COMPILED: dict = {}
+_COMPILED_MAX = 4096
+
+
+@functools.lru_cache(maxsize=None)
+def _backend(target: GPUTarget):
+    return make_backend(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _option_names(target: GPUTarget) -> tuple:
+    """The compile options the target's backend knows (its options dataclass's fields, in order)."""
+    return tuple(_backend(target).parse_options({}).__dict__)
+
+
+def _compiled(fn, signature, constexprs, attrs, target, opts, cache_key):
+    key = (fn.cache_key, str(target), cache_key, repr(sorted(opts.items())), repr(sorted(signature.items())),
+           repr(sorted(constexprs.items())), repr(sorted(attrs.items())))
+    ck = _COMPILED.get(key)
+    if ck is None:
+        ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=opts)
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        _COMPILED[key] = ck
+    return ck
+
+
 def compile_kernel(fn, args: list[ArgSpec], target: GPUTarget | None = None,
                    options: dict | None = None) -> CompiledTritonKernel:
     """Compile the variant of ``fn`` that Triton's JIT would pick for ``args``.
@@ -344,14 +377,14 @@ def compile_kernel(fn, args: list[ArgSpec], target: GPUTarget | None = None,
     fn = _require_jit(fn)
     target = target or DEFAULT_TARGET
     signature, constexprs, attrs, guards, cache_key = specialize(fn, args, options, target)
-    option_names = make_backend(target).parse_options({}).__dict__
+    option_names = _option_names(target)
     # JITFunction._pack_args parses options from *all* keyword args, so a kernel
     # parameter named like an option (the softmax tutorial's `num_stages: tl.constexpr`)
     # also sets that option when passed by keyword, which is how such kernels are called.
     # It never enters the cache key, which only holds the non-parameter kwargs.
     opts = _launch_options(fn, options)
     opts.update({s.name: s.value for s in args if s.name in option_names and s.value is not None})
-    ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=opts)
+    ck = _compiled(fn, signature, constexprs, attrs, target, opts, cache_key)
     md = ck.metadata
     return CompiledTritonKernel(
         name=md.name,

@@ -1,5 +1,6 @@
 """A stand-in for Triton's active CUDA driver, so kernels can be specialized, compiled for sm_90 and
-captured by Dynamo on a machine without a GPU (shared/TRITON.md sections 1.9 and 3.5)."""
+captured by Dynamo on a machine without a GPU: Triton asks its active driver for the current
+target, device and stream when it specializes and compiles, and nothing else of it."""
 import contextlib
 
 import torch
@@ -24,8 +25,8 @@ class FakeCudaDriver:
 @contextlib.contextmanager
 def capture_as_sm90(monkeypatch):
     """Dynamo captures user Triton kernels and trident compiles them for sm_90 with no GPU
-    (shared/TRITON.md section 3.5); the previous active driver comes back afterwards (resetting it
-    would build the real one, which raises without a GPU)."""
+    (torch's `has_triton()` check stands in for a GPU there); the previous active driver comes back
+    afterwards (resetting it would build the real one, which raises without a GPU)."""
     import torch.utils._triton as tu
     monkeypatch.setattr(tu, "has_triton", lambda: True)
     monkeypatch.setenv("TRIDENT_TRITON_TARGET", "cuda:90")

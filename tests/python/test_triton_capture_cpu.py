@@ -36,7 +36,7 @@ def scale_then_add(x, y):
 
 @pytest.fixture(autouse=True)
 def cpu_triton_capture(monkeypatch):
-    """Let Dynamo capture Triton kernels without a GPU (shared/TRITON.md section 3.5)."""
+    """Let Dynamo capture Triton kernels without a GPU (fake_cuda.capture_as_sm90)."""
     with capture_as_sm90(monkeypatch):
         yield
 

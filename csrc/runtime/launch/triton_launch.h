@@ -1,8 +1,8 @@
 // Launching compiled Triton kernels from a module, argument for argument as Triton 3.6's own
-// launcher does (shared/TRITON.md section 1): parameters in signature order with constexprs and
-// ints equal to 1 already dropped by the compile step, then the global and profile scratch pointers
-// (allocated grid * num_ctas * size bytes from the caching allocator on the launch stream when the
-// kernel needs them, else 0); cuLaunchKernelEx with cluster, PDL and cooperative attributes; dynamic
+// launcher does (make_launcher in its nvidia driver.py): parameters in signature order with
+// constexprs and ints equal to 1 already dropped by the compile step, then the global and profile
+// scratch pointers (allocated grid * num_ctas * size bytes from the caching allocator on the launch
+// stream when the kernel needs them, else 0); cuLaunchKernelEx with cluster, PDL and cooperative attributes; dynamic
 // shared memory above 48 KB opted in once per function; the caller's current stream and device.
 // Every driver call is checked and a failure names the kernel.
 #pragma once

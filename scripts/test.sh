@@ -9,5 +9,8 @@ bash scripts/install.sh
 python3 -m pip install -q --no-deps "transformers==5.24.0"
 python3 -m pip install -q "torch==2.13.0" "huggingface-hub>=1.31,<3" "tokenizers>=0.23.1,<0.24" \
   "safetensors>=0.8" "regex>=2025.10.22" "numpy>=1.17" "packaging>=20" "pyyaml>=5.1" "tqdm>=4.60" typer
+# tests/python/test_liger_moe_cpu.py: Liger-Kernel's MoE experts (pure Python over Triton; its kernels
+# themselves run in the GPU tests), pinned, without its resolver for the same reason.
+python3 -m pip install -q --no-deps "liger-kernel==0.7.0"
 export TRIDENT_CACHE_DIR="${TRIDENT_CACHE_DIR:-$(mktemp -d)}"
 python3 -m pytest tests -q -p no:cacheprovider

@@ -15,6 +15,15 @@ with its tracing checks answered as eager answers them: what it reads of sizes b
 what it reads of tensor values becomes the program's branch check (`expect`, data_values.py), so
 a call whose padding mask or offset leads elsewhere runs the specialization of that branch.
 
+Liger-Kernel's `LigerExperts.forward` (its MoE experts, which it puts in place of transformers'):
+it loops over the experts the routing hit (`for expert_idx in expert_hit`, the rows of a
+`nonzero`), a loop whose trip count is data; strict export stops there, and the program would run
+split into pieces with Python between them. During capture it loops over every expert instead:
+an expert no token chose gathers no rows, and its GEMMs, Liger's SwiGLU kernel (an empty grid) and
+its `index_add_` of no rows change nothing, while the experts that were hit add their rows in the
+same order as eager, so the result is eager's bit for bit, from one native program. The stand-in is
+used only for the forward whose source it was written from (Liger 0.7.0); another is left alone.
+
 Installed by `_compat.capturing()` for the duration of a capture; outside a trace the function that
 stands in gives the original's answers (its tracing checks answer False there anyway).
 Reading a tensor's value costs what it costs eager: the call waits for the device there.
@@ -46,6 +55,41 @@ def _mask_skip_decision(orig):
     return _ignore_causal_mask_sdpa
 
 
+# sha256 of `inspect.getsource(LigerExperts.forward)` in liger-kernel 0.7.0, which _every_expert restates
+_LIGER_EXPERTS_0_7_0 = "db3c85ff4a87ea732ec7d7f81c383c21a50844db562f0ad4af405cdb360e73d7"
+
+
+def _source_digest(fn) -> str | None:
+    import hashlib
+    import inspect
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def _every_expert(orig):
+    """LigerExperts.forward (0.7.0) with its loop over every expert in place of those hit."""
+    silu_mul = orig.__globals__["LigerSiLUMulFunction"]
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        final_hidden_states = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            expert_mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts)
+            expert_mask = expert_mask.permute(2, 1, 0)
+        for expert_idx in range(self.num_experts):
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[token_idx]
+            gate, up = torch.nn.functional.linear(current_state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+            current_hidden_states = silu_mul.apply(gate, up)
+            current_hidden_states = torch.nn.functional.linear(current_hidden_states, self.down_proj[expert_idx])
+            current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+            final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+        return final_hidden_states
+
+    return forward
+
+
 def _swaps() -> list[tuple[object, str, object]]:
     """(namespace, name, stand-in) for each library function trident changes, of the libraries the
     process has imported (nothing is imported here)."""
@@ -56,6 +100,10 @@ def _swaps() -> list[tuple[object, str, object]]:
     # the decision's signature as this module knows it (transformers 5.x); another is left alone
     if code is not None and code.co_varnames[:5] == ("padding_mask", "q_length", "kv_length", "q_offset", "kv_offset"):
         out.append((masks, "_ignore_causal_mask_sdpa", _mask_skip_decision(orig)))
+    experts = getattr(sys.modules.get("liger_kernel.transformers.swiglu"), "LigerExperts", None)
+    forward = getattr(experts, "forward", None)
+    if forward is not None and _source_digest(forward) == _LIGER_EXPERTS_0_7_0:
+        out.append((experts, "forward", _every_expert(forward)))
     return out
 
 

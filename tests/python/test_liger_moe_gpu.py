@@ -4,8 +4,8 @@ model is built: RMSNorm, rotary and the experts' SwiGLU run as Liger's Triton ke
 as Liger's `LigerExperts`, a loop over the experts the routing hit (`nonzero`, then `torch.where`
 per expert: data-dependent sizes and trip counts). A decode step over a StaticCache and over a
 DynamicCache, compiled with trident.compile, must run without a fallback with eager's logits and
-tokens, and as one native program (no split into pieces: not yet on torch 2.11, marked below).
-(Liger 0.7.0 has no DeepSeek-V2 entry point.)
+tokens, and as one native program (no split into pieces: during capture the experts' loop runs over
+every expert, library_traces.py). (Liger 0.7.0 has no DeepSeek-V2 entry point.)
 
 Each model runs in a process of its own: Liger's patches replace transformers' classes for the rest
 of the process."""
@@ -99,18 +99,11 @@ def test_liger_moe_decode_compiles_without_fallback_and_gives_eagers_logits(name
         assert r["same"] == 10 and r["worst"] <= 2e-2, (kind, r)
 
 
-_SPLITS_ON_TORCH_2_11 = pytest.mark.xfail(strict=True, reason=(
-    "on the H200 (torch 2.11, transformers 5.17) Dynamo breaks the graph at the experts' loop "
-    "`for expert_idx in expert_hit` (unbind of nonzero's rows, an unbacked count), so the step runs "
-    "as native pieces with Python between them; the same loop of transformers' own experts is one "
-    "native program on the CPU under torch 2.13. Issue 27."))
-
-
-@pytest.mark.parametrize("name", [pytest.param("qwen3_moe", marks=_SPLITS_ON_TORCH_2_11), "mixtral"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
 def test_liger_moe_decode_is_one_native_program(name, tmp_path_factory):
     rows, log = _rows(name, tmp_path_factory)
     for kind in ("static", "dynamic"):
         r = rows[kind]
-        # the prefill and the first decode step capture; the position then is symbolic; the
-        # experts' loop is a specialization per trip count the routing takes
+        # the prefill and the first decode step capture (a DynamicCache's second step too, its
+        # length then symbolic); every later step is a hit
         assert r["split_calls"] == 0 and r["hits"] + r["misses"] == 10 and r["hits"] >= 5, (kind, r, log)

@@ -29,21 +29,31 @@ std::string float_literal(double v) {
   return ir::print_float(v);
 }
 
+// The C that reads a field in the decision program (ir/guard_fields.def): unsigned words compared
+// as int64, the way the IR's literals hold them.
 std::string field_expr(const Field& f) {
   using K = Field::Kind;
-  if (f.kind == K::GradMode) return "c->grad_mode";
-  if (f.kind == K::NumLeaves) return "c->nleaves";
-  std::string leaf = "c->leaves[" + std::to_string(f.leaf) + "].";
+  const std::string leaf = "c->leaves[" + std::to_string(f.leaf) + "].";
+#define TRD_C_INT(x) x
+#define TRD_C_UINT(x) "(int64_t)" + x
+#define TRD_C_FLOAT(x) x
+#define TRD_AT_CALL(member, type) return TRD_C_##type(std::string("c->" #member));
+#define TRD_AT_LEAF(member, type) return TRD_C_##type(leaf + #member);
+#define TRD_AT_DIM(member, type) return TRD_C_##type(leaf + #member "[" + std::to_string(f.index) + "]");
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) \
+  case K::kind:                                               \
+    TRD_AT_##shape(member, type)
   switch (f.kind) {
-    case K::LeafKind: return leaf + "kind";
-    case K::Size: return leaf + "sizes[" + std::to_string(f.index) + "]";
-    case K::Stride: return leaf + "strides[" + std::to_string(f.index) + "]";
-    case K::KeySet: return "(int64_t)" + leaf + "keyset";
-    case K::DataPtr: return "(int64_t)" + leaf + "data_ptr";
-    case K::IntValue: return leaf + "ival";
-    case K::FloatValue: return leaf + "fval";
-    default: return leaf + ir::field_name(f.kind);
+#include "ir/guard_fields.def"
   }
+#undef TRD_GUARD_FIELD
+#undef TRD_AT_CALL
+#undef TRD_AT_LEAF
+#undef TRD_AT_DIM
+#undef TRD_C_INT
+#undef TRD_C_UINT
+#undef TRD_C_FLOAT
+  return "0";
 }
 
 // Guards are compared by their printed form: two specs share a check exactly when it reads the same.

@@ -9,27 +9,36 @@
 
 namespace trident::guards {
 
+// A field as an integer (ir/guard_fields.def); a float field reads 0 here (float guards compare
+// the double itself), a field of an absent leaf INT64_MIN (it equals no literal).
 int64_t read_field(const ir::Field& f, const trd_call& c) {
   using K = ir::Field::Kind;
-  if (f.kind == K::GradMode) return c.grad_mode;
-  if (f.kind == K::NumLeaves) return c.nleaves;
-  if (f.leaf < 0 || f.leaf >= c.nleaves) return INT64_MIN;  // absent leaf: equals no literal
-  const trd_leaf& l = c.leaves[f.leaf];
-  switch (f.kind) {
-    case K::LeafKind: return l.kind;
-    case K::Dtype: return l.dtype;
-    case K::DeviceType: return l.device_type;
-    case K::DeviceIndex: return l.device_index;
-    case K::Dim: return l.dim;
-    case K::Flags: return l.flags;
-    case K::KeySet: return static_cast<int64_t>(l.keyset);
-    case K::Size: return l.sizes[f.index];
-    case K::Stride: return l.strides[f.index];
-    case K::StorageOffset: return l.storage_offset;
-    case K::DataPtr: return static_cast<int64_t>(l.data_ptr);
-    case K::IntValue: return l.ival;
-    default: return 0;
+  const trd_leaf* l = f.leaf >= 0 && f.leaf < c.nleaves ? &c.leaves[f.leaf] : nullptr;
+#define TRD_READ_INT(x) return static_cast<int64_t>(x);
+#define TRD_READ_UINT(x) return static_cast<int64_t>(x);
+#define TRD_READ_FLOAT(x) return 0;
+#define TRD_AT_CALL(member, type) TRD_READ_##type(c.member)
+#define TRD_AT_LEAF(member, type) \
+  if (!l) return INT64_MIN;       \
+  TRD_READ_##type(l->member)
+#define TRD_AT_DIM(member, type) \
+  if (!l) return INT64_MIN;      \
+  TRD_READ_##type(l->member[f.index])
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) \
+  case K::kind: {                                             \
+    TRD_AT_##shape(member, type)                              \
   }
+  switch (f.kind) {
+#include "ir/guard_fields.def"
+  }
+#undef TRD_GUARD_FIELD
+#undef TRD_AT_CALL
+#undef TRD_AT_LEAF
+#undef TRD_AT_DIM
+#undef TRD_READ_INT
+#undef TRD_READ_UINT
+#undef TRD_READ_FLOAT
+  return 0;
 }
 
 namespace {

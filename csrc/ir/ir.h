@@ -62,10 +62,12 @@ struct Operand {
 // A field of the call that a guard reads. Leaf fields name a flattened user argument.
 struct Field {
   enum class Kind : uint8_t {
-    GradMode, NumLeaves,
-    LeafKind, Dtype, DeviceType, DeviceIndex, Dim, Flags, KeySet,
-    Size, Stride, StorageOffset, DataPtr, IntValue, FloatValue,
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) kind,
+#include "ir/guard_fields.def"
+#undef TRD_GUARD_FIELD
   };
+  // Where a field is read (ir/guard_fields.def): of the call, of a leaf, of a leaf's dimension.
+  enum class Shape : uint8_t { CALL, LEAF, DIM };
   Kind kind = Kind::GradMode;
   int32_t leaf = -1;   // for leaf fields
   int32_t index = -1;  // dimension for Size/Stride
@@ -162,6 +164,12 @@ struct Module {
 
 // Names shared by printer, parser and codegen.
 const char* field_name(Field::Kind k);
+Field::Shape field_shape(Field::Kind k);
+constexpr int kNumFieldKinds = 0
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) + 1
+#include "ir/guard_fields.def"
+#undef TRD_GUARD_FIELD
+    ;
 const char* guard_op_name(Guard::Op op);
 const char* float_op_name(Instr::FloatOp op);   // fadd fsub fmul fdiv fpow fneg fsqrt itof
 int float_op_arity(Instr::FloatOp op);

@@ -5,23 +5,24 @@ namespace trident::ir {
 
 const char* field_name(Field::Kind k) {
   switch (k) {
-    case Field::Kind::GradMode: return "grad_mode";
-    case Field::Kind::NumLeaves: return "num_leaves";
-    case Field::Kind::LeafKind: return "kind";
-    case Field::Kind::Dtype: return "dtype";
-    case Field::Kind::DeviceType: return "device_type";
-    case Field::Kind::DeviceIndex: return "device_index";
-    case Field::Kind::Dim: return "dim";
-    case Field::Kind::Flags: return "flags";
-    case Field::Kind::KeySet: return "keyset";
-    case Field::Kind::Size: return "size";
-    case Field::Kind::Stride: return "stride";
-    case Field::Kind::StorageOffset: return "storage_offset";
-    case Field::Kind::DataPtr: return "data_ptr";
-    case Field::Kind::IntValue: return "ival";
-    case Field::Kind::FloatValue: return "fval";
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) \
+  case Field::Kind::kind:                                     \
+    return spelling;
+#include "ir/guard_fields.def"
+#undef TRD_GUARD_FIELD
   }
   return "?";
+}
+
+Field::Shape field_shape(Field::Kind k) {
+  switch (k) {
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) \
+  case Field::Kind::kind:                                     \
+    return Field::Shape::shape;
+#include "ir/guard_fields.def"
+#undef TRD_GUARD_FIELD
+  }
+  return Field::Shape::LEAF;
 }
 
 const char* guard_op_name(Guard::Op op) {

@@ -244,15 +244,15 @@ Field field(Lexer& lx) {
     lx.expect(".");
   }
   std::string name = lx.word();
-  for (int k = 0; k <= static_cast<int>(Field::Kind::FloatValue); ++k) {
+  for (int k = 0; k < kNumFieldKinds; ++k) {
     if (name == field_name(static_cast<Field::Kind>(k))) {
       f.kind = static_cast<Field::Kind>(k);
-      if (f.kind == Field::Kind::Size || f.kind == Field::Kind::Stride) {
+      if (field_shape(f.kind) == Field::Shape::DIM) {
         lx.expect("[");
         f.index = static_cast<int32_t>(lx.integer());
         lx.expect("]");
       }
-      bool global = f.kind == Field::Kind::GradMode || f.kind == Field::Kind::NumLeaves;
+      bool global = field_shape(f.kind) == Field::Shape::CALL;
       if (global != (f.leaf < 0)) lx.fail(global ? "a global field without L<n>." : "L<n>. before a leaf field");
       return f;
     }

@@ -55,8 +55,7 @@ std::string print_field(const Field& f) {
   std::string s;
   if (f.leaf >= 0) s = "L" + std::to_string(f.leaf) + ".";
   s += field_name(f.kind);
-  if (f.kind == Field::Kind::Size || f.kind == Field::Kind::Stride)
-    s += "[" + std::to_string(f.index) + "]";
+  if (field_shape(f.kind) == Field::Shape::DIM) s += "[" + std::to_string(f.index) + "]";
   return s;
 }
 

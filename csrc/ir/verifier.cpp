@@ -65,7 +65,7 @@ struct Checker {
 
   void field(const Field& f) {
     if (f.leaf >= 0) leaf(f.leaf, nullptr);
-    if ((f.kind == Field::Kind::Size || f.kind == Field::Kind::Stride) && (f.index < 0 || f.index >= TRD_MAX_DIM))
+    if (field_shape(f.kind) == Field::Shape::DIM && (f.index < 0 || f.index >= TRD_MAX_DIM))
       fail("dimension " + std::to_string(f.index) + " outside 0.." + std::to_string(TRD_MAX_DIM - 1));
   }
 

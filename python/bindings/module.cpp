@@ -382,6 +382,12 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "trident._C", "torch-trident na
 }  // namespace
 }  // namespace trident::bindings
 
+namespace trident::bindings {
+constexpr const char* shape_word_CALL = "call";
+constexpr const char* shape_word_LEAF = "leaf";
+constexpr const char* shape_word_DIM = "dim";
+}  // namespace trident::bindings
+
 PyMODINIT_FUNC PyInit__C() {
   PyObject* m = PyModule_Create(&trident::bindings::module_def);
   if (!m) return nullptr;
@@ -395,5 +401,20 @@ PyMODINIT_FUNC PyInit__C() {
   PyModule_AddIntConstant(m, "LEAF_INT", TRD_INT);
   PyModule_AddIntConstant(m, "LEAF_FLOAT", TRD_FLOAT);
   PyModule_AddIntConstant(m, "LEAF_BOOL", TRD_BOOL);
+  // The guard vocabulary (ir/guard_fields.def): ((spelling, shape), ...), shape "call", "leaf" or "dim".
+  PyObject* fields = Py_BuildValue("("
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) "(ss)"
+#include "ir/guard_fields.def"
+#undef TRD_GUARD_FIELD
+                                   ")"
+#define TRD_GUARD_FIELD(kind, spelling, shape, member, type) , spelling, trident::bindings::shape_word_##shape
+#include "ir/guard_fields.def"
+#undef TRD_GUARD_FIELD
+  );
+  if (!fields || PyModule_AddObject(m, "GUARD_FIELDS", fields) < 0) {
+    Py_XDECREF(fields);
+    Py_DECREF(m);
+    return nullptr;
+  }
   return m;
 }

@@ -23,6 +23,9 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
+from . import _C
+from .guard_fields import field
+
 
 def _span(t: torch.Tensor) -> int:
     """Elements from t's first to its last, inclusive (strides are never negative in PyTorch)."""
@@ -91,7 +94,7 @@ def written_leaves(ep, leaf_of_input: list) -> set[int]:
 
 def _span_text(k: int, leaf: dict, itemsize: int) -> str:
     """Bytes spanned by tensor leaf k, as a guard expression over its fields."""
-    terms = " + ".join(f"(L{k}.size[{d}] - 1) * L{k}.stride[{d}]" for d in range(leaf["dim"]))
+    terms = " + ".join(f"({field('size', k, d)} - 1) * {field('stride', k, d)}" for d in range(leaf["dim"]))
     return f"{itemsize} * (1 + {terms})" if terms else str(itemsize)
 
 
@@ -105,11 +108,11 @@ def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int],
     one (compiled.py). `itemsize`: bytes per element of each tensor leaf (from its traced value)."""
     devices: dict[tuple, list] = {}
     for k, l in enumerate(leaves):
-        if l["kind"] != 1 or 0 in l["sizes"] or k not in itemsize:
+        if l["kind"] != _C.LEAF_TENSOR or 0 in l["sizes"] or k not in itemsize:
             continue
         cls = 0 if k in written else 2 if k in unguarded else 1
         devices.setdefault((l["device_type"], l["device_index"]), []).append(
-            (cls, f"L{k}.data_ptr", _span_text(k, l, itemsize[k])))
+            (cls, field("data_ptr", k), _span_text(k, l, itemsize[k])))
     lines = []
     for (dtype, dindex), triples in devices.items():
         for ref in state:

@@ -27,6 +27,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from . import (_compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, data_values, float_symbols,
                lazy_views, output_trees)
 from .errors import UnsupportedError
+from .guard_fields import field as guard_field
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
 from .symbolic import Symbols
@@ -217,7 +218,7 @@ class _Lowerer:
     def guard_alignment(self, fake):
         found = self._base_of(fake)
         if found is not None and found[2] is not None:
-            g = f"guard L{found[2]}.data_ptr divby 16"
+            g = f"guard {guard_field('data_ptr', found[2])} divby 16"
             if g not in self.extra_guards:
                 self.extra_guards.append(g)
 
@@ -267,11 +268,11 @@ class _Lowerer:
     def bind_symbols(self, leaf: int, node: fx.Node, val):
         """Symbols first seen in this argument are defined from its fields."""
         if isinstance(val, torch.SymInt):
-            self._define_symbol(val, f"L{leaf}.ival", f"int {leaf}")
+            self._define_symbol(val, guard_field("ival", leaf), f"int {leaf}")
         elif isinstance(val, torch.Tensor):
             for d, size in enumerate(val.shape):
                 if isinstance(size, torch.SymInt):
-                    self._define_symbol(size, f"L{leaf}.size[{d}]", f"size {self.env[node]}, {d}")
+                    self._define_symbol(size, guard_field("size", leaf, d), f"size {self.env[node]}, {d}")
 
     def _define_symbol(self, value: torch.SymInt, field: str, instr: str):
         """A bare symbol not yet defined becomes `$N = <instr>`, bound to the call field it reads."""

@@ -40,9 +40,12 @@ def capture_as_sm90(monkeypatch):
 
 def keep_ptx(monkeypatch) -> dict:
     """{kernel name: PTX} of every kernel triton.compile builds from now on (compiled for sm_90 under
-    capture_as_sm90): how CPU tests read what the device would run."""
+    capture_as_sm90): how CPU tests read what the device would run. trident's own record of the
+    kernels this process compiled starts empty, so that each kernel goes through triton.compile."""
+    from trident import triton_specialize
     ptx = {}
     compile_ = triton.compile
+    monkeypatch.setattr(triton_specialize, "_COMPILED", {})
 
     def keeping_ptx(src, target=None, options=None):
         ck = compile_(src, target=target, options=options)

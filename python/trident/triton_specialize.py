@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 
 import triton
 import triton.language as tl
@@ -337,8 +338,9 @@ def runtime_params(fn, signature: dict[str, str]) -> list[KernelParam]:
 # its cache directory's files read, metadata objects made) cost about 0.8 ms per launch site, most
 # of the time to lower a new specialization whose kernels exist. The source's hash (fn.cache_key,
 # which covers the functions it calls) is part of the key, so an edited kernel is compiled again.
+# Only a kernel's metadata and cubin are kept, not the IR texts a CompiledKernel also holds.
 _COMPILED: dict = {}
-_COMPILED_MAX = 4096
+_COMPILED_MAX = 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -357,7 +359,8 @@ def _compiled(fn, signature, constexprs, attrs, target, opts, cache_key):
            repr(sorted(constexprs.items())), repr(sorted(attrs.items())))
     ck = _COMPILED.get(key)
     if ck is None:
-        ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=opts)
+        full = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=opts)
+        ck = types.SimpleNamespace(metadata=full.metadata, asm={"cubin": full.asm["cubin"]})
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.clear()
         _COMPILED[key] = ck

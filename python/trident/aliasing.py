@@ -23,7 +23,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _C
+from . import _C, hir
 from .guard_fields import field
 
 
@@ -126,7 +126,7 @@ def guard_lines(written: set[int], leaves: list[dict], itemsize: dict[int, int],
         if 0 not in classes and not (3 in classes and any(c in (1, 2) for c in classes)):
             continue  # nothing written that another range could overlap
         items = ", ".join(f"{c}, {p}, {n}" for c, p, n in triples)
-        lines.append(f'guard expr "no_overlap({items})"')
+        lines.append(hir.guard_expr(f"no_overlap({items})"))
     return lines
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 from torch._prims_common import make_contiguous_strides_for
 
-from . import builtin_kernels, config, lazy_views
+from . import builtin_kernels, config, hir, lazy_views
 from .reinplace import SCATTERS
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 
@@ -84,7 +84,7 @@ def _launch(lw, node: fx.Node, kernel, tensors: dict, values: dict, n: int, grid
         name = kernel.arg_names[p.arg_index]
         operands.append(tensors[name][0] if name in tensors else lw.literal(node, values[name]))
     grid = (n + BLOCK - 1) // BLOCK
-    lw.lines.append(f"launch {kid} grid({grid}, {grid_y}, 1) ({', '.join(operands)})")
+    lw.lines.append(hir.launch(kid, [str(grid), str(grid_y), "1"], operands))
     lw.ops.append(f"builtin:{kernel.fn.__name__}")
 
 
@@ -449,8 +449,9 @@ def _emit(lw, node: fx.Node, kernel, inputs: dict, values: dict) -> bool:
 def _allocate(lw, node: fx.Node, out) -> str:
     """A contiguous tensor like `out` (node's traced result) as node's value: emitted and returned."""
     res = lw.value()
-    lw.lines.append(f"{res} = call \"aten::empty.memory_format\" ({lw.operand(node, list(out.shape))}, "
-                    f"{lw.operand(node, out.dtype)}, none, {lw.operand(node, out.device)}, false, none)")
+    lw.lines.append(hir.call(res, "aten::empty.memory_format", [
+        lw.operand(node, list(out.shape)), lw.operand(node, out.dtype), "none", lw.operand(node, out.device), "false",
+        "none"]))
     lw.ops.append("aten::empty.memory_format")
     lw.env[node] = res
     lw.value_fakes[res] = out

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from . import builtin_kernels, lazy_views
+from . import builtin_kernels, hir, lazy_views
 
 aten = torch.ops.aten
 _INT64_MAX = 2 ** 63 - 1
@@ -158,9 +158,9 @@ def lower(lw, node: fx.Node, m: Rotary) -> None:
     from .builtin_lower import BLOCK, _launch
     out = node.meta["val"]
     res = lw.value()
-    lw.lines.append(f"{res} = call \"aten::empty_strided\" ({lw.operand(node, list(out.shape))}, "
-                    f"{lw.operand(node, list(out.stride()))}, {lw.operand(node, out.dtype)}, none, "
-                    f"{lw.operand(node, out.device)}, false)")
+    lw.lines.append(hir.call(res, "aten::empty_strided", [
+        lw.operand(node, list(out.shape)), lw.operand(node, list(out.stride())), lw.operand(node, out.dtype), "none",
+        lw.operand(node, out.device), "false"]))
     lw.ops.append("aten::empty_strided")
     shape4 = [1] * (4 - out.dim()) + list(out.shape)
     values = {"n": out.numel(), "s1": shape4[1], "s2": shape4[2], "s3": shape4[3], "HALF": shape4[3] // 2,

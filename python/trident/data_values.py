@@ -27,6 +27,7 @@ import sympy
 import torch
 import torch.fx as fx
 
+from . import hir
 from .float_symbols import FloatSym
 
 ITEM_OPS = {torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default}
@@ -57,12 +58,12 @@ def lower_item(lw, node: fx.Node) -> bool:
     src = lw.operand(node, node.args[0])
     if isinstance(val, torch.SymFloat):
         v = lw.new_sym(float_=True)
-        lw.lines.append(f"{v} = item {src}")
+        lw.lines.append(hir.item(v, src))
         lw.syms.sym[symbol] = v
         lw.env[node] = FloatSym(v, math.nan)  # its value is the data's: nothing at lowering reads it
         return True
     v = lw.new_sym()
-    lw.lines.append(f"{v} = item {src}")
+    lw.lines.append(hir.item(v, src))
     lw.syms.sym[symbol] = v
     lw.env[node] = val
     return True
@@ -78,7 +79,7 @@ def bind_result_sizes(lw, results: list[str], val) -> None:
             symbol = _unbacked_symbol(size)
             if symbol is not None and symbol not in lw.syms.sym:
                 v = lw.new_sym()
-                lw.lines.append(f"{v} = size {r}, {d}")
+                lw.lines.append(hir.size(v, r, d))
                 lw.syms.sym[symbol] = v
 
 
@@ -98,8 +99,7 @@ def lower_assert(lw, node: fx.Node) -> bool:
         return False
     v = lw.syms.emit(expr, lw.lines, lw.new_sym)
     message = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], str) else f"Runtime assertion failed: {expr}"
-    from .lower import _quote
-    lw.lines.append(f"check {v}, {_quote(message)}")
+    lw.lines.append(hir.check(v, message))
     return True
 
 
@@ -131,14 +131,13 @@ def lower_branch(lw, node: fx.Node) -> bool:
     if not _is_branch(node):
         return False
     from .errors import UnsupportedError
-    from .lower import _quote
     cond = node.args[0]
     if lw.inplace & set(_ancestors(cond)):
         raise UnsupportedError(f"{node.args[1][len('trident: the program took this branch at '):]}: a branch on "
                                "a tensor the program writes in place before it")
     v = lw.new_sym()
-    lw.lines.append(f"{v} = item {lw.operand(node, cond)}")
-    lw.lines.append(f"expect {v}, {_quote(node.args[1])}")
+    lw.lines.append(hir.item(v, lw.operand(node, cond)))
+    lw.lines.append(hir.expect(v, node.args[1]))
     lw.env[node] = None
     return True
 

@@ -19,6 +19,7 @@ import operator
 import torch
 import torch.fx as fx
 
+from . import hir
 from .errors import UnsupportedError
 from .guard_text import float_text
 
@@ -62,7 +63,7 @@ def lower(lw, node: fx.Node) -> bool:
     if is_item_of_float(lw, node):
         src = lw.env[node.args[0]]
         v = lw.new_sym(float_=True)
-        lw.lines.append(f"{v} = float {src.leaf}")
+        lw.lines.append(hir.sym(v, "float", str(src.leaf)))
         lw.env[node] = FloatSym(v, src.value)
         lw.leaf_operand.setdefault(src.leaf, v)
         return True
@@ -87,7 +88,7 @@ def lower(lw, node: fx.Node) -> bool:
     if isinstance(value, complex):
         raise UnsupportedError(f"float arithmetic {node.format_node()} has a complex value for this call")
     v = lw.new_sym(float_=True)
-    lw.lines.append(f"{v} = {name} {a[0]}" + (f", {b[0]}" if b is not None else ""))
+    lw.lines.append(hir.sym(v, name, a[0], None if b is None else b[0]))
     lw.env[node] = FloatSym(v, float(value))
     return True
 
@@ -102,7 +103,7 @@ def _float_operand(lw, node: fx.Node, x) -> tuple[str, float]:
         val = x.meta.get("val")
         if isinstance(val, torch.SymInt) and not val.node.expr.is_number:
             v = lw.new_sym(float_=True)
-            lw.lines.append(f"{v} = itof {lw.sym_operand(val)}")
+            lw.lines.append(hir.sym(v, "itof", lw.sym_operand(val)))
             return v, float(lw.hint(val))
         x = val
     if isinstance(x, torch.SymInt):

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import _C
+from . import _C, hir
 from .guard_fields import field
 
 
@@ -29,7 +29,7 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
     With `fakes` (leaf -> traced value) and `syms`, sizes, strides and ints the trace kept symbolic
     are guarded by their symbolic expression instead of their current value."""
     fakes = fakes or {}
-    out = [f"guard {field('grad_mode')} == {int(grad_mode)}"]
+    out = [hir.guard(field("grad_mode"), "==", int(grad_mode))]
 
     def dim_guard(k, what, d, concrete, traced):
         text = field(what, k, d)
@@ -38,19 +38,19 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
         if isinstance(traced, torch.SymInt) and traced.node.expr.is_number:
             traced = int(traced.node.expr)
         if type(traced) is int:
-            return [f"guard {text} == {traced}"]
+            return [hir.guard(text, "==", traced)]
         if not isinstance(traced, torch.SymInt) or syms is None:
-            return [f"guard {text} == {concrete}"]
+            return [hir.guard(text, "==", concrete)]
         expr = traced.node.expr
         if syms.field.get(expr) == text:
             return []  # this field defines the symbol: ranges come with the ShapeEnv guards
-        return [f'guard expr "{text} == {syms.guard_text(expr)}"']
+        return [hir.guard_expr(f"{text} == {syms.guard_text(expr)}")]
 
     for k, l in enumerate(leaves):
-        out.append(f"guard {field('kind', k)} == {l['kind']}")
+        out.append(hir.guard(field("kind", k), "==", l["kind"]))
         fake = fakes.get(k)
         if l["kind"] == _C.LEAF_TENSOR:
-            out += [f"guard {field(name, k)} == {value}" for name, value in (
+            out += [hir.guard(field(name, k), "==", value) for name, value in (
                 ("dtype", l["dtype"]), ("device_type", l["device_type"]), ("device_index", l["device_index"]),
                 ("dim", l["dim"]), ("flags", l["flags"]), ("keyset", _keyset(l["keyset"])))]
             tsizes = fake.shape if isinstance(fake, torch.Tensor) else l["sizes"]
@@ -66,13 +66,13 @@ def guard_lines(structure: str, leaves: list[dict], grad_mode: bool, fakes: dict
                 out += dim_guard(k, "ival", None, l["ival"], fake)
                 continue
             # an int the program holds as a constant is guarded at the value it was traced with
-            out.append(f"guard {field('ival', k)} == {fake if type(fake) is int else l['ival']}")
+            out.append(hir.guard(field("ival", k), "==", fake if type(fake) is int else l["ival"]))
         elif l["kind"] == _C.LEAF_FLOAT:
             if fake is not None and not isinstance(fake, (int, float)):
                 continue  # a run-time float (float_symbols.RUNTIME): its value is not baked in
             # NaN equals nothing, itself included; "x != x" holds exactly for NaN.
             fval = field("fval", k)
-            out.append(f"guard {fval} != {fval}" if math.isnan(l["fval"]) else f"guard {fval} == {float_text(l['fval'])}")
+            out.append(hir.guard(fval, "!=", fval) if math.isnan(l["fval"]) else hir.guard(fval, "==", float_text(l["fval"])))
     if syms is not None:
         out += syms.guards()
     return out

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
+from . import hir
 from .errors import UnsupportedError
 
 # Ops that return a view of their first argument and take no other tensor.
@@ -99,7 +100,7 @@ def materialize(lw, lazy: LazyView) -> str:
     if lazy.value is None:
         parent = lazy.parent if isinstance(lazy.parent, str) else materialize(lw, lazy.parent)
         v = lw.value()
-        lw.lines.append(f"{v} = call \"{lazy.name}\" ({', '.join([parent] + lazy.rest)})")
+        lw.lines.append(hir.call(v, lazy.name, [parent] + lazy.rest))
         lw.ops.append(lazy.name)
         lw.view_key[v] = lazy.key
         lw.value_fakes[v] = lazy.node.meta["val"]

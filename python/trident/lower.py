@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
+from . import hir
 from . import (_compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, data_values, float_symbols,
                lazy_views, output_trees)
 from .errors import UnsupportedError
@@ -67,24 +68,6 @@ def dtype_code(dtype: torch.dtype) -> int:
         from . import _C
         _DTYPE_CODES[dtype] = _C.describe_tensor(torch.empty(0, dtype=dtype))["dtype"]
     return _DTYPE_CODES[dtype]
-
-
-def _quote(s: str) -> str:
-    """A host IR string literal, spelled as the C++ printer spells it (ir::quote): printable ASCII
-    other than '"', '\\' and '?' as itself, every other UTF-8 byte as a three-digit octal escape.
-    No character of user text (an output key, a custom op's string argument) can end the literal,
-    form a trigraph or split a line, in the IR or in the generated C, and every byte round-trips."""
-    out = []
-    for b in s.encode("utf-8", "surrogatepass"):
-        if b in (0x22, 0x5C):
-            out.append("\\" + chr(b))
-        elif b == 0x0A:
-            out.append("\\n")
-        elif 0x20 <= b < 0x7F and b != 0x3F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\{b:03o}")
-    return '"' + "".join(out) + '"'
 
 
 @dataclass
@@ -218,18 +201,13 @@ class _Lowerer:
     def guard_alignment(self, fake):
         found = self._base_of(fake)
         if found is not None and found[2] is not None:
-            g = f"guard {guard_field('data_ptr', found[2])} divby 16"
+            g = hir.guard(guard_field("data_ptr", found[2]), "divby", 16)
             if g not in self.extra_guards:
                 self.extra_guards.append(g)
 
     def add_kernel(self, ck, cubin_path: str) -> int:
         kid = len(self.kernels)
-        ctypes = ",".join(p.ctype for p in ck.params if p.arg_index >= 0)
-        self.kernels.append(
-            f"kernel {kid} {_quote(ck.name)} {_quote(cubin_path)} {_quote(ctypes)} warps {ck.num_warps} "
-            f"ctas {ck.num_ctas} shared {ck.shared} gscratch {ck.global_scratch_size} {ck.global_scratch_align} "
-            f"pscratch {ck.profile_scratch_size} {ck.profile_scratch_align} pdl {int(bool(ck.launch_pdl))} "
-            f"coop {int(bool(ck.launch_cooperative_grid))}")
+        self.kernels.append(hir.kernel(kid, ck, cubin_path))
         return kid
 
     def new_sym(self, float_: bool = False) -> str:
@@ -268,19 +246,19 @@ class _Lowerer:
     def bind_symbols(self, leaf: int, node: fx.Node, val):
         """Symbols first seen in this argument are defined from its fields."""
         if isinstance(val, torch.SymInt):
-            self._define_symbol(val, guard_field("ival", leaf), f"int {leaf}")
+            self._define_symbol(val, guard_field("ival", leaf), "int", str(leaf))
         elif isinstance(val, torch.Tensor):
             for d, size in enumerate(val.shape):
                 if isinstance(size, torch.SymInt):
-                    self._define_symbol(size, guard_field("size", leaf, d), f"size {self.env[node]}, {d}")
+                    self._define_symbol(size, guard_field("size", leaf, d), "size", f"{self.env[node]}, {d}")
 
-    def _define_symbol(self, value: torch.SymInt, field: str, instr: str):
-        """A bare symbol not yet defined becomes `$N = <instr>`, bound to the call field it reads."""
+    def _define_symbol(self, value: torch.SymInt, field: str, op: str, operands: str):
+        """A bare symbol not yet defined becomes `$N = op operands`, bound to the call field it reads."""
         expr = value.node.expr
         self.syms.shape_env = value.node.shape_env
         if isinstance(expr, sympy.Symbol) and expr not in self.syms.field:
             v = self.new_sym()
-            self.lines.append(f"{v} = {instr}")
+            self.lines.append(hir.sym(v, op, operands))
             self.syms.bind(expr, field, None, v)
 
     def value(self) -> str:
@@ -316,7 +294,7 @@ class _Lowerer:
         if isinstance(a, float):
             return _float(a)
         if isinstance(a, str):
-            return _quote(a)
+            return hir.quote(a)
         if isinstance(a, torch.dtype):
             return f"dtype({dtype_code(a)})"
         if isinstance(a, torch.layout):
@@ -402,8 +380,7 @@ class _Lowerer:
             self.env[node] = results[0]
             if isinstance(val, torch.Tensor):
                 self.value_fakes[results[0]] = val
-        lhs = (", ".join(results) + " = ") if results else ""
-        self.lines.append(f"{lhs}call {_quote(name)} ({', '.join(operands)})")
+        self.lines.append(hir.call(", ".join(results) if results else None, name, operands))
         data_values.bind_result_sizes(self, results, val)
         if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
             self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
@@ -417,7 +394,7 @@ class _Lowerer:
         tensor = self.folded[node]
         ref = StateRef("constant", "folded " + node.name, tensor)
         v = self.value()
-        self.lines.append(f"{v} = state {self.state_index(ref)}")
+        self.lines.append(hir.state(v, self.state_index(ref)))
         self.state_refs.append(ref)
         self.env[node] = v
         self.value_fakes[v] = node.meta["val"]
@@ -482,7 +459,7 @@ class _Lowerer:
                     t = self.operand(node, dst_node)
                     if opname:
                         view = self.value()
-                        self.lines.append(f"{view} = call {_quote(opname)} ({', '.join([t] + args)})")
+                        self.lines.append(hir.call(view, opname, [t] + args))
                         self.view_key[view] = key
                         t = view
                     return t
@@ -492,17 +469,17 @@ class _Lowerer:
                                           src_node.meta.get("val")):
                     builtin_lower.flush(self)
                     dst = target()
-                    self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(node, src_node)}, false)")
+                    self.lines.append(hir.call(self.value(), "aten::copy_", [dst, self.operand(node, src_node), "false"]))
         elif kind == "index_copy" and builtin_lower.index_copy(self, node):
             pass  # a builtin launch, maybe held back to pair with the next one
         else:
             builtin_lower.flush(self)  # a held copy or index copy goes first, as the graph orders them
             a = [self.operand(node, x) for x in node.args]
             if kind == "index_copy":
-                self.lines.append(f"{self.value()} = call \"aten::index_copy_\" ({', '.join(a[:4])})")
+                self.lines.append(hir.call(self.value(), "aten::index_copy_", a[:4]))
             else:  # index_put
                 accumulate = a[3] if len(a) > 3 else "false"
-                self.lines.append(f"{self.value()} = call \"aten::index_put_\" ({a[0]}, {a[1]}, {a[2]}, {accumulate})")
+                self.lines.append(hir.call(self.value(), "aten::index_put_", [a[0], a[1], a[2], accumulate]))
         self.env[node] = self.env[dst_node]  # the destination itself (a view stays one)
         self.ops.append(f"inplace:{kind}")
 
@@ -525,7 +502,7 @@ class _Lowerer:
                 return self.leaf_operand[k]
             return self.literal(None, self.leaf_values[k]) if k < len(self.leaf_values) else None
 
-        trees = output_trees.Trees(_quote, dtype_code, pre_operand)
+        trees = output_trees.Trees(hir.quote, dtype_code, pre_operand)
         if self.pre_state is None:
             return trees.result(spec, leaves)
         result_spec, post_spec = _compat.treespec_children(spec)
@@ -574,7 +551,7 @@ class _Lowerer:
                                     self.fakes[leaf[0]] = traced
                             continue
                         v = self.value()
-                        self.lines.append(f"{v} = arg {leaf}")
+                        self.lines.append(hir.arg(v, leaf))
                         self.env[node] = v
                         self.leaf_operand[leaf] = v
                         self.value_fakes[v] = node.meta.get("val")
@@ -585,7 +562,7 @@ class _Lowerer:
                     else:
                         ref = self.state_ref(ispec)
                         v = self.value()
-                        self.lines.append(f"{v} = state {self.state_index(ref)}")
+                        self.lines.append(hir.state(v, self.state_index(ref)))
                         state.append(ref)
                         self.env[node] = v
                         if isinstance(node.meta.get("val"), torch.Tensor):
@@ -600,7 +577,7 @@ class _Lowerer:
                         self.fail(node, f"attribute of type {type(tensor).__name__}")
                     ref = StateRef("constant", node.target, tensor)
                     v = self.value()
-                    self.lines.append(f"{v} = state {self.state_index(ref)}")
+                    self.lines.append(hir.state(v, self.state_index(ref)))
                     state.append(ref)
                     self.env[node] = v
                 elif node.op == "call_function":
@@ -618,7 +595,7 @@ class _Lowerer:
                     # and a view of one is that view of the input.
                     user = [o for o, s in zip(outs, sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
                     tree = self.output_tree(self.ep.call_spec.out_spec, [self.output_operand(node, o, written) for o in user])
-                    self.lines.append(f"return {tree}")
+                    self.lines.append(hir.ret(tree))
                 else:
                     self.fail(node, f"node kind {node.op}")
         except UnsupportedError as e:
@@ -665,7 +642,7 @@ class _Lowerer:
             args = self.schema_args(view, view.target._schema)
             operands = [value] + [self.operand(view, a) for a in args[1:]]
             value = self.value()
-            self.lines.append(f"{value} = call {_quote(lazy_views.qualified(view.target))} ({', '.join(operands)})")
+            self.lines.append(hir.call(value, lazy_views.qualified(view.target), operands))
             self.ops.append(lazy_views.qualified(view.target))
         return value
 
@@ -694,7 +671,7 @@ class _Lowerer:
             if not builtin_lower.copy(self, o, lambda _fake, dst=dst: dst, lambda target=target: target.meta["val"],
                                       lambda o=o: lazy_views.launch_operand(self, o, o), o.meta.get("val")):
                 builtin_lower.flush(self)
-                self.lines.append(f"{self.value()} = call \"aten::copy_\" ({dst}, {self.operand(o, o)}, false)")
+                self.lines.append(hir.call(self.value(), "aten::copy_", [dst, self.operand(o, o), "false"]))
         builtin_lower.flush(self)
         return written
 
@@ -760,15 +737,15 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     state_written = {t[len(state_prefix):] if state_prefix and t.startswith(state_prefix) else t
                      for t in aliasing.written_state(ep)}
     itemsize = {k: f.element_size() for k, f in lw.fakes.items() if isinstance(f, torch.Tensor)}
-    lines = [f"spec 0 structure {_quote(structure)} {{"]
+    lines = [hir.spec_open(structure)]
     lines += ["  " + g for g in guard_lines(structure, leaves, grad_mode, lw.fakes, lw.syms) + body.guards
               + aliasing.guard_lines(written, leaves, itemsize, body.state, state_written, unguarded)]
     lines += ["  " + k for k in body.kernels]
     if written:
-        lines.append("  writes " + ", ".join(str(k) for k in sorted(written)))
+        lines.append("  " + hir.writes(written))
     host = _host_tensor(ep)
     if host:
-        lines.append(f"  graph off {_quote(host)}")
+        lines.append("  " + hir.graph_off(host))
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")
     return Lowered("\n".join(lines) + "\n", body.state, body.ops, body.kernels, body.guards, body.kernel_notes,

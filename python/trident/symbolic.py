@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sympy
 
+from . import hir
 from .errors import UnsupportedError
 
 
@@ -119,7 +120,7 @@ class Symbols:
             for a in e.args[1:]:
                 rhs = self.emit(a, lines, new_sym)
                 s = new_sym()
-                lines.append(f"{s} = {op} {acc}, {rhs}")
+                lines.append(hir.sym(s, op, acc, rhs))
                 acc = s
             self.sym[key] = acc
             return acc
@@ -128,7 +129,7 @@ class Symbols:
             acc = base
             for _ in range(int(e.args[1]) - 1):
                 s = new_sym()
-                lines.append(f"{s} = mul {acc}, {base}")
+                lines.append(hir.sym(s, "mul", acc, base))
                 acc = s
             self.sym[key] = acc
             return acc
@@ -137,7 +138,7 @@ class Symbols:
     @staticmethod
     def _emit_relation(op: str, a: str, b: str, lines: list[str], new_sym) -> str:
         s = new_sym()
-        lines.append(f"{s} = {op} {a}, {b}")
+        lines.append(hir.sym(s, op, a, b))
         return s
 
     def guards(self) -> list[str]:
@@ -160,7 +161,7 @@ class Symbols:
                         continue
                 else:
                     raise UnsupportedError(f"guard {g.expr} depends on symbols {unbound} that no argument defines")
-            out.append(f'guard expr "{self.guard_text(expr)}"')
+            out.append(hir.guard_expr(self.guard_text(expr)))
         for s, field in self.field.items():
             vr = env.var_to_range.get(s)
             if vr is None:
@@ -168,7 +169,7 @@ class Symbols:
             lo, hi = vr.lower, vr.upper
             # int_oo / -int_oo (unbounded) are not sympy Integers
             if isinstance(lo, sympy.Integer):
-                out.append(f'guard expr "{field} >= {int(lo)}"')
+                out.append(hir.guard_expr(f"{field} >= {int(lo)}"))
             if isinstance(hi, sympy.Integer):
-                out.append(f'guard expr "{field} <= {int(hi)}"')
+                out.append(hir.guard_expr(f"{field} <= {int(hi)}"))
         return list(dict.fromkeys(out))

@@ -17,7 +17,7 @@ import threading
 import torch
 import torch.fx as fx
 
-from . import config, float_symbols, lazy_views
+from . import config, float_symbols, hir, lazy_views
 from .errors import UnsupportedError
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel, unwrap_kernel
 
@@ -202,7 +202,7 @@ class TritonCall:
                 if g.check not in _INT_CHECKS:
                     self.fail(f"argument '{g.name}' is symbolic but its specialization needs '{g.check}'")
                 expr = _INT_CHECKS[g.check].format(e=lw.syms.guard_text(symbolic[g.name].node.expr))
-                line = f'guard expr "{expr}"'
+                line = hir.guard_expr(expr)
                 if line not in lw.extra_guards:
                     lw.extra_guards.append(line)
 
@@ -225,7 +225,7 @@ class TritonCall:
             else:
                 operands.append(lw.literal(node, v))
         dims = [lw.sym_operand(_sym(g)) if _sym(g) is not None else str(self._hint(g)) for g in grid]
-        lw.lines.append(f"launch {kid} grid({', '.join(dims)}) ({', '.join(operands)})")
+        lw.lines.append(hir.launch(kid, dims, operands))
         lw.env[node] = {k: results.get(k) or lw.env[v] for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")
         lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(self._hint(g) for g in grid), ck.cache_key))
@@ -241,6 +241,6 @@ class TritonCall:
                 out[name] = self.lw.operand(self.node, src)
             else:
                 v = self.lw.value()
-                self.lw.lines.append(f"{v} = call \"aten::clone\" ({self.lw.operand(self.node, src)}, none)")
+                self.lw.lines.append(hir.call(v, "aten::clone", [self.lw.operand(self.node, src), "none"]))
                 out[name] = v
         return out

@@ -225,6 +225,14 @@ class _Lowerer:
             return self.syms.emit(expr, self.lines, self.new_sym)
         return str(int(v))
 
+    def known_when_lowering(self, v) -> bool:
+        """Whether this call's value of integer `v` is known while lowering: every symbol in it is
+        defined by an argument. Not so for a data-dependent value (an `.item()`, a `nonzero`'s
+        size), which only the native program computes."""
+        if not isinstance(v, torch.SymInt):
+            return True
+        return all(sym in self.syms.field for sym in v.node.expr.free_symbols)
+
     def hint(self, v) -> int:
         """The value a symbolic integer has in THIS call, from the call's own arguments (the trace's
         example values may come from another call: Dynamo's graph is reused across calls)."""
@@ -237,7 +245,8 @@ class _Lowerer:
         for sym in expr.free_symbols:
             field = self.syms.field.get(sym)
             if field is None:
-                raise UnsupportedError(f"symbolic integer {expr} depends on {sym}, which no argument defines")
+                raise UnsupportedError(f"{expr} is data-dependent ({sym} is computed by the program, not "
+                                       "given by an argument), but its value is needed while compiling")
             leaf, _, rest = field[1:].partition(".")
             obj = self.leaf_values[int(leaf)]
             values[sym] = obj.shape[int(rest[5:-1])] if rest.startswith("size[") else int(obj)

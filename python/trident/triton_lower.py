@@ -14,6 +14,7 @@ import hashlib
 import os
 import threading
 
+import sympy
 import torch
 import torch.fx as fx
 
@@ -89,6 +90,11 @@ class TritonCall:
             return int(v.meta["val"]) if isinstance(v, fx.Node) else v
         return self.lw.hint(s)
 
+    def _note(self, v):
+        """A grid entry for `explain`: its value in this call, or its expression when data-dependent."""
+        s = _sym(v)
+        return self._hint(v) if s is None or self.lw.known_when_lowering(s) else str(s.node.expr)
+
     def __init__(self, lw, node: fx.Node):
         self.lw, self.node = lw, node
         table = _side_table()
@@ -124,11 +130,16 @@ class TritonCall:
 
     # -- config -------------------------------------------------------------------------------
     def _choose_config(self, args: dict, grids: list):
+        """The autotune config Triton would launch and the index of its grid in `grids`."""
         at = self.autotuner
         if at is None:
-            return None, grids[0]
+            return None, 0
         if len(at.configs) == 1:
-            return at.configs[0], grids[0]
+            return at.configs[0], 0
+        if any(isinstance(v, torch.SymInt) for v in args.values()):
+            self.fail(f"autotuning over {len(at.configs)} configs benchmarks this call's values, but "
+                      f"{sorted(k for k, v in args.items() if isinstance(v, torch.SymInt))} are data-dependent")
+        grids = [tuple(self._hint(x) for x in g) for g in grids]
         devices = {v.meta["val"].device for v in args.values() if isinstance(v, fx.Node)}
         if not any(d.type == "cuda" for d in devices) or not torch.cuda.is_available():
             self.fail(f"autotuning over {len(at.configs)} configs needs the GPU it will run on")
@@ -144,7 +155,7 @@ class TritonCall:
         self.kernel[grid_fn](**real)
         torch.cuda.synchronize()
         best = at.best_config
-        return best, grids[configs.index(best)]
+        return best, configs.index(best)
 
     # -- emission -----------------------------------------------------------------------------
     def lower(self):
@@ -157,9 +168,12 @@ class TritonCall:
         args = {k: v for k, v in {**self.consts, **kwargs}.items() if k in names}
         # Symbolic integers (dynamic sizes, a growing position): specialized on this call's value,
         # passed natively as $N, and guarded on what the specialization assumed (== 1, % 16, range).
+        # A data-dependent one (a `nonzero`'s size, an `.item()`) has no value yet: it stays a
+        # SymInt here and is compiled unspecialized, its i32 range checked at run time.
         symbolic = {k: _sym(v) for k, v in args.items() if _sym(v) is not None}
+        data_dependent = {k for k, s in symbolic.items() if not lw.known_when_lowering(s)}
         for k in symbolic:
-            args[k] = self._hint(args[k])
+            args[k] = symbolic[k] if k in data_dependent else self._hint(args[k])
         # Run-time floats (float_symbols.py): this call's value for configs and heuristics, the $fN
         # at launch. Triton never specializes a float parameter, so nothing is guarded.
         floats = {k: lw.env[v] for k, v in args.items()
@@ -168,8 +182,8 @@ class TritonCall:
             args[k] = f.value
         grids = [tuple(g) for g in node.kwargs["grid"]]
 
-        cfg, grid = self._choose_config(args, [tuple(self._hint(x) for x in g) for g in grids])
-        grid = grids[[tuple(self._hint(x) for x in g) for g in grids].index(grid)]
+        cfg, chosen = self._choose_config(args, grids)
+        grid = grids[chosen]
         if cfg is not None and cfg.pre_hook is not None:
             self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
         full = dict(args)
@@ -192,13 +206,25 @@ class TritonCall:
                 specs.append(ArgSpec(name, "tensor", dtype=v.meta["val"].dtype, aligned16=aligned))
                 if aligned:
                     pointer_guards.append(v)
+            elif name in data_dependent:
+                specs.append(ArgSpec(name, "int", value=None))
             else:
                 specs.append(argspec_from_value(name, v))
-        ck = compile_kernel(self.jit, specs, config.triton_target(), options)
+        try:
+            ck = compile_kernel(self.jit, specs, config.triton_target(), options)
+        except TypeError as e:
+            self.fail(str(e))
         for v in pointer_guards:
             lw.guard_alignment(v.meta["val"])
         for g in ck.guards:
-            if g.name in symbolic and not symbolic[g.name].node.expr.is_number:
+            if g.name in data_dependent:
+                # checked where the value is computed, in the body: a guard runs before it exists
+                assert g.check == "range_i32", g  # the one assumption an unspecialized int carries
+                e = symbolic[g.name].node.expr
+                ok = lw.syms.emit(sympy.And(e >= -2**31, e < 2**31), lw.lines, lw.new_sym)
+                lw.lines.append(hir.check(ok, f"Triton kernel {self.name}: argument '{g.name}' is outside "
+                                              "the 32-bit range it was compiled for"))
+            elif g.name in symbolic and not symbolic[g.name].node.expr.is_number:
                 if g.check not in _INT_CHECKS:
                     self.fail(f"argument '{g.name}' is symbolic but its specialization needs '{g.check}'")
                 expr = _INT_CHECKS[g.check].format(e=lw.syms.guard_text(symbolic[g.name].node.expr))
@@ -228,7 +254,7 @@ class TritonCall:
         lw.lines.append(hir.launch(kid, dims, operands))
         lw.env[node] = {k: results.get(k) or lw.env[v] for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")
-        lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(self._hint(g) for g in grid), ck.cache_key))
+        lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(self._note(g) for g in grid), ck.cache_key))
 
     def _outputs(self, kwargs: dict, to_clone: list[str]) -> dict:
         """Values the kernel writes: the tensor itself when nothing else reads it (in place, as

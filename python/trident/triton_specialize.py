@@ -58,7 +58,7 @@ class ArgSpec:
     kind: str
     dtype: "torch.dtype | None" = None  # noqa: F821 (string annotation, torch only needed by callers)
     aligned16: bool = True
-    value: object = None
+    value: object = None  # for an int, None: known only at run time (data-dependent), see below
 
     def __post_init__(self):
         if self.kind not in ARG_KINDS:
@@ -150,6 +150,12 @@ def _native_specialization(kp, spec: ArgSpec, specialize: bool):
         ty = ("*k" if kp.is_const else "*") + elem
         return ty, (("D" if spec.aligned16 and align else "") if specialize else None)
     if spec.kind == "int":
+        if spec.value is None:
+            # A data-dependent int (a `nonzero`'s size, an `.item()`): no value to specialize on
+            # when compiling. Compiled as Triton compiles a value that is neither 1 nor a multiple
+            # of 16 (i32, no divisibility), which is correct for every value in i32's range; the
+            # caller checks that range at run time.
+            return "i32", ("" if specialize else None)
         if spec.value == 1 and specialize:
             return "constexpr", 1
         ty = _int_type(spec.value)
@@ -175,6 +181,9 @@ def _param_specialization(kp, spec: ArgSpec):
     if kp.is_constexpr:
         if spec.kind == "tensor":
             raise TypeError(f"{kp.name}: a tensor cannot be bound to a tl.constexpr parameter")
+        if spec.kind == "int" and spec.value is None:
+            raise TypeError(f"{kp.name}: a value known only at run time (data-dependent) cannot be bound "
+                            "to a tl.constexpr parameter, whose value the kernel is compiled for")
         return ("constexpr", spec.value), spec.value
     bound = None if spec.kind in ("tensor", "none") else spec.value
     if spec.kind == "constexpr" and not isinstance(bound, (tl.constexpr, JITCallable)):
@@ -209,6 +218,9 @@ def _guards_for(kp, spec: ArgSpec, ty: str, key) -> list[SpecGuard]:
             guards.append(SpecGuard(name, "align16"))
         elif key == "" and not kp.do_not_specialize_on_alignment:
             guards.append(SpecGuard(name, "not_align16"))
+    elif spec.kind == "int" and spec.value is None:
+        if not annotated:  # the value is not known: only the type's range is assumed
+            guards.append(SpecGuard(name, "range_" + ty))
     elif spec.kind == "int":
         if key == 1 and type(key) is int:
             guards.append(SpecGuard(name, "eq1", 1))

@@ -209,3 +209,39 @@ def test_launches_dynamo_alone_refuses_are_captured(fn, ctas):
     (decl,) = [line for line in lowered.text.splitlines() if line.strip().startswith("kernel ")]
     assert f" ctas {ctas} " in decl, decl
     assert re.search(r"launch 0 grid\(8, 1, 1\) \(%0, 1024\)", lowered.text), lowered.text
+
+
+@triton.jit
+def _scale_rows_by_count(x_ptr, out_ptr, n_rows, N_COLS: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, N_COLS)
+    v = tl.load(x_ptr + row * N_COLS + cols)
+    tl.store(out_ptr + row * N_COLS + cols, v * n_rows)
+
+
+def scale_selected_rows(x, mask):
+    """A kernel over the rows a mask selects (as an MoE expert's kernels run over the tokens routed
+    to it): its grid and an int argument are the `nonzero`'s size, known only when it runs."""
+    rows = x[mask.nonzero().squeeze(1)]
+    out = torch.empty_like(rows)
+    n = rows.shape[0]
+    _scale_rows_by_count[(n,)](rows, out, n, N_COLS=x.shape[1])
+    return out
+
+
+def test_a_data_dependent_size_is_a_native_grid_and_an_unspecialized_kernel_argument():
+    x, mask = torch.randn(8, 32), torch.tensor([1, 0, 1, 1, 0, 0, 0, 1], dtype=torch.bool)
+    lowered, _ = _spec_text(scale_selected_rows, x, mask)
+    text = lowered.text
+    (decl,) = [line for line in text.splitlines() if line.strip().startswith("kernel ")]
+    # n is compiled as Triton compiles an int that is neither 1 nor a multiple of 16
+    assert '"ptr,ptr,i32"' in decl, decl
+    assert lowered.kernel_notes[0][3].startswith("[('*fp32', 'D'), ('*fp32', 'D'), ('i32', '')"), lowered.kernel_notes
+    (launch,) = re.findall(r"launch 0 grid\((\$\d+), 1, 1\) \(%\d+, %\d+, (\$\d+)\)", text)
+    assert launch[0] == launch[1], text
+    # the size is read from the gathered rows in the body; its range is checked there, not guarded
+    assert re.search(rf"{re.escape(launch[0])} = size %\d+, 0", text), text
+    assert "outside the 32-bit range" in text
+    assert not [line for line in text.splitlines() if line.strip().startswith("guard") and "u0" in line]
+    assert isinstance(lowered.kernel_notes[0][2][0], str)  # explain shows the grid's expression
+

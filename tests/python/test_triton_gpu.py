@@ -460,6 +460,39 @@ def test_num_ctas_passed_at_the_launch():
     assert " ctas 2 " in trident.explain(fast)
 
 
+@triton.jit
+def scale_rows_by_count_kernel(x_ptr, out_ptr, n_rows, N_COLS: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, N_COLS)
+    v = tl.load(x_ptr + row * N_COLS + cols)
+    tl.store(out_ptr + row * N_COLS + cols, v * n_rows)
+
+
+def scale_selected_rows(x, mask):
+    rows = x[mask.nonzero().squeeze(1)]
+    out = torch.empty_like(rows)
+    n = rows.shape[0]
+    scale_rows_by_count_kernel[(n,)](rows, out, n, N_COLS=x.shape[1])
+    return out
+
+
+def test_a_kernel_over_the_rows_a_mask_selects():
+    """The grid and an int argument are a `nonzero`'s size (as an MoE expert's kernels run over the
+    tokens routed to it): one specialization for every count, none (an empty grid) and one
+    included, each launched natively with eager's result."""
+    require_cuda()
+    fast = trident.compile(scale_selected_rows)
+    x = randn(64, 32)
+    for k in (5, 0, 17, 64, 1, 16):
+        mask = torch.zeros(64, dtype=torch.bool, device=DEVICE)
+        mask[torch.randperm(64, device=DEVICE)[:k]] = True
+        got = fast(x, mask)
+        torch.testing.assert_close(got, scale_selected_rows(x, mask), rtol=0, atol=0)
+        assert got.shape == (k, 32)
+    c = trident.counters(fast)
+    assert (c["captures"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 5, 0, 0), c
+
+
 # ---------------------------------------------------------------------------------------------
 # 9. int, float, bool and None arguments (optional bias pointer with a HAS_BIAS constexpr)
 # ---------------------------------------------------------------------------------------------

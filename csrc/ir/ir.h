@@ -37,7 +37,9 @@ struct Operand {
     Node,     // node(K): the call's K-th container or object (flatten.h's visit order)
     PyRef,    // pyref(K): constant K of the process's object table (a class; arg_objects.h)
     Object,   // object(K) {"name": v, ...}: a new instance of class pyref(K), attributes keys/items;
-              // object(K) call {...} (j == 1): the class called with those keyword arguments
+              // object(K) call {...} (j == 1): the class called with those keyword arguments;
+              // object(K) seq (v, ...) (j == 2): a tuple class (a namedtuple, a structseq such as
+              // torch.return_types.topk) holding those items
     Update,   // update(K) {"name": v, ...} sets attributes of object node(K) (items of a dict
               // node); update(K) [v, ...] (j == 1)
               // replaces the contents of list node(K); evaluates to node(K)

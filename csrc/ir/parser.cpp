@@ -178,6 +178,15 @@ Operand operand(Lexer& lx) {
   if (lx.accept("object")) {
     o.kind = K::Object;
     o.i = enum_literal(lx);
+    if (lx.accept("seq")) {  // object(K) seq (v, ...): a tuple class built from its items
+      o.j = 2;
+      lx.expect("(");
+      while (!lx.accept(")")) {
+        o.items.push_back(operand(lx));
+        if (!lx.accept(",")) { lx.expect(")"); break; }
+      }
+      return o;
+    }
     if (lx.accept("call")) o.j = 1;
     named_items(lx, o);
     return o;

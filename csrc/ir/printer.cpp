@@ -96,6 +96,11 @@ std::string print_operand(const Operand& o) {
     case K::Update: {
       std::string s = o.kind == K::Dict ? "" : (o.kind == K::Object ? "object(" : "update(") + std::to_string(o.i) + ") ";
       if (o.kind == K::Object && o.j == 1) s += "call ";
+      if (o.kind == K::Object && o.j == 2) {
+        s += "seq (";
+        for (size_t k = 0; k < o.items.size(); ++k) s += (k ? ", " : "") + print_operand(o.items[k]);
+        return s + (o.items.size() == 1 ? ",)" : ")");
+      }
       if (o.kind == K::Update && o.j == 1) {
         s += "[";
         for (size_t k = 0; k < o.items.size(); ++k) s += (k ? ", " : "") + print_operand(o.items[k]);

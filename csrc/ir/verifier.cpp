@@ -35,7 +35,7 @@ struct Checker {
         std::string name = (f ? "$f" : "$") + std::to_string(o.i);
         fail(name + ((f ? syms : fsyms).count(o.i) ? " names a symbol of the other type" : " used before definition"), &in);
       }
-    } else if ((o.kind == K::Dict || o.kind == K::Object || (o.kind == K::Update && o.j != 1)) &&
+    } else if ((o.kind == K::Dict || (o.kind == K::Object && o.j != 2) || (o.kind == K::Update && o.j != 1)) &&
                o.keys.size() != o.items.size()) {
       fail("dict, object or update with mismatched names and items", &in);
     } else if ((o.kind == K::Node || o.kind == K::PyRef || o.kind == K::Object || o.kind == K::Update ||

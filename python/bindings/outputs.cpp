@@ -80,6 +80,25 @@ PyObject* new_object(const ir::Operand& o, Sources& src) {
     PyErr_SetString(PyExc_RuntimeError, "trident internal error: output tree names an unknown class");
     return nullptr;
   }
+  if (o.j == 2) {  // a tuple class: a structseq is called with its items; a namedtuple made as
+                   // its _make makes it (tuple.__new__), without running its Python __new__
+    ir::Operand as_tuple = o;
+    as_tuple.kind = ir::Operand::Kind::Tuple;
+    PyObject* items = build(as_tuple, src);
+    if (!items) return nullptr;
+    PyObject* obj = nullptr;
+    if (PyObject_HasAttrString(cls, "n_sequence_fields")) {
+      obj = PyObject_CallOneArg(cls, items);
+    } else if (PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), &PyTuple_Type)) {
+      PyObject* args = PyTuple_Pack(1, items);
+      obj = args ? PyTuple_Type.tp_new(reinterpret_cast<PyTypeObject*>(cls), args, nullptr) : nullptr;
+      Py_XDECREF(args);
+    } else {
+      PyErr_SetString(PyExc_RuntimeError, "trident internal error: output tree seq of a class that is not a tuple");
+    }
+    Py_DECREF(items);
+    return obj;
+  }
   PyObject* empty = PyTuple_New(0);
   if (o.j == 1) {  // cls(**fields): a dict-like result class of a library (a ModelOutput)
     PyObject* kwargs = empty ? PyDict_New() : nullptr;

@@ -16,11 +16,23 @@ calls the class with those keyword arguments; an argument object the function re
 `node(K)`, the caller's object itself."""
 from __future__ import annotations
 
+import collections
+
 from . import _compat, arg_objects, object_table
 from .arg_objects import Node
 from .errors import UnsupportedError
 
 _MISSING = object()
+
+
+def _tuple_class(kind, context):
+    """The tuple class of a pytree node that is a namedtuple (pytree's node type is then the
+    `namedtuple` function, the class its context) or a structseq (the node type is the class)."""
+    if kind is collections.namedtuple and isinstance(context, type) and issubclass(context, tuple):
+        return context
+    if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "n_sequence_fields"):
+        return kind
+    return None
 
 
 class Trees:
@@ -98,7 +110,15 @@ class Trees:
                                         ", ".join(f"{self.quote(k)}: {t}" for k, t in sets) + "}")
                 return f"node({pre.index})", False, fresh_text
             return "{" + ", ".join(f"{self.quote(k)}: {p[0]}" for k, p in zip(keys, parts)) + "}", True, fresh_text
-        if issubclass(kind, dict) and isinstance(spec.context, (list, tuple)) and all(
+        cls = _tuple_class(kind, spec.context)
+        if cls is not None:
+            # a namedtuple or structseq (torch.topk's torch.return_types.topk): the class holding its
+            # items, made anew
+            parts = [self._value(_MISSING, c, it) for c in kids]
+            comma = "," if len(parts) == 1 else ""
+            seq = lambda k: f"object({object_table.intern(cls)}) seq (" + ", ".join(p[k] for p in parts) + comma + ")"  # noqa: E731
+            return seq(0), True, seq(2)
+        if isinstance(kind, type) and issubclass(kind, dict) and isinstance(spec.context, (list, tuple)) and all(
                 isinstance(k, str) for k in spec.context):
             # a dict-like class registered by its library (a transformers ModelOutput): made by
             # calling it with its fields
@@ -106,7 +126,7 @@ class Trees:
             body = ", ".join(f"{self.quote(k)}: {p[0]}" for k, p in zip(spec.context, parts))
             return f"object({object_table.intern(kind)}) call {{{body}}}", True, f"object({object_table.intern(kind)}) call {{{body}}}"
         raise UnsupportedError(
-            f"output container {kind.__name__} is not supported (use tuple, list or dict; a Hugging "
+            f"output container {getattr(kind, '__name__', kind)} is not supported (use tuple, list or dict; a Hugging "
             "Face model returns a tuple with return_dict=False)")
 
     def _object(self, pre, kind, context, kids, it):

@@ -76,3 +76,25 @@ def test_a_view_of_a_mutated_argument_is_a_view_of_the_argument_as_in_eager():
                 assert a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr(), fn.__name__
             got[0].view(-1)[0], want[0].view(-1)[0] = 100.0, 100.0
             assert torch.equal(x, y), fn.__name__
+
+
+Pair = __import__("collections").namedtuple("Pair", "first second")
+
+
+def tuple_classes(x):
+    return torch.topk(x * 2, 3), Pair(x + 1, x.sum()), torch.sort(x, -1)
+
+
+def test_namedtuples_and_torch_return_types_come_back_as_their_classes_with_no_split():
+    """torch.topk's torch.return_types.topk (a structseq) and a user's namedtuple, returned as
+    they are: built natively from their items (outputs.cpp), so the call is one native program."""
+    fast = trident.compile(tuple_classes)
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        got, want = fast(x), tuple_classes(x)
+        assert [type(g) for g in got] == [type(w) for w in want] == [torch.return_types.topk, Pair,
+                                                                    torch.return_types.sort]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got[0].indices.dtype == torch.int64 and got[1].first is got[1][0]
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c

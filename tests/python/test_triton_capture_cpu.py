@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 from fake_cuda import capture_as_sm90
-from tutorial_kernels import add_kernel, scaled_copy_kernel, scaled_copy_then_add
+from tutorial_kernels import add_kernel, scale_selected_rows, scaled_copy_kernel, scaled_copy_then_add
 
 import trident
 
@@ -209,24 +209,6 @@ def test_launches_dynamo_alone_refuses_are_captured(fn, ctas):
     (decl,) = [line for line in lowered.text.splitlines() if line.strip().startswith("kernel ")]
     assert f" ctas {ctas} " in decl, decl
     assert re.search(r"launch 0 grid\(8, 1, 1\) \(%0, 1024\)", lowered.text), lowered.text
-
-
-@triton.jit
-def _scale_rows_by_count(x_ptr, out_ptr, n_rows, N_COLS: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, N_COLS)
-    v = tl.load(x_ptr + row * N_COLS + cols)
-    tl.store(out_ptr + row * N_COLS + cols, v * n_rows)
-
-
-def scale_selected_rows(x, mask):
-    """A kernel over the rows a mask selects (as an MoE expert's kernels run over the tokens routed
-    to it): its grid and an int argument are the `nonzero`'s size, known only when it runs."""
-    rows = x[mask.nonzero().squeeze(1)]
-    out = torch.empty_like(rows)
-    n = rows.shape[0]
-    _scale_rows_by_count[(n,)](rows, out, n, N_COLS=x.shape[1])
-    return out
 
 
 def test_a_data_dependent_size_is_a_native_grid_and_an_unspecialized_kernel_argument():

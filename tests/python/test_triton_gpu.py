@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 import trident
-from tutorial_kernels import _layer_norm_fwd_fused, matmul_kernel, scaled_copy_then_add
+from tutorial_kernels import _layer_norm_fwd_fused, matmul_kernel, scale_selected_rows, scaled_copy_then_add
 
 pytestmark = pytest.mark.gpu
 
@@ -458,22 +458,6 @@ def test_num_ctas_passed_at_the_launch():
     require_cuda()
     fast = _check(clamp_on_two_cta_clusters, lambda: (randn(3000),), ref=lambda x: x.clamp(-0.5, 0.5))
     assert " ctas 2 " in trident.explain(fast)
-
-
-@triton.jit
-def scale_rows_by_count_kernel(x_ptr, out_ptr, n_rows, N_COLS: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, N_COLS)
-    v = tl.load(x_ptr + row * N_COLS + cols)
-    tl.store(out_ptr + row * N_COLS + cols, v * n_rows)
-
-
-def scale_selected_rows(x, mask):
-    rows = x[mask.nonzero().squeeze(1)]
-    out = torch.empty_like(rows)
-    n = rows.shape[0]
-    scale_rows_by_count_kernel[(n,)](rows, out, n, N_COLS=x.shape[1])
-    return out
 
 
 def test_a_kernel_over_the_rows_a_mask_selects():

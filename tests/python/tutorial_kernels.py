@@ -1,5 +1,6 @@
 """Triton kernels shared by the CPU capture and specialization tests and the GPU tests (most from
 Triton's tutorials)."""
+import torch
 import triton
 import triton.language as tl
 
@@ -99,3 +100,21 @@ def scaled_copy_then_add(src, dst):
     n = src.numel()
     scaled_copy_kernel[(triton.cdiv(n, 128),)](src, dst, n, 0.5, BLOCK=128)
     return src + dst  # src is read again: a clone of it could not be dropped
+
+
+@triton.jit
+def scale_rows_by_count_kernel(x_ptr, out_ptr, n_rows, N_COLS: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, N_COLS)
+    v = tl.load(x_ptr + row * N_COLS + cols)
+    tl.store(out_ptr + row * N_COLS + cols, v * n_rows)
+
+
+def scale_selected_rows(x, mask):
+    """A kernel over the rows a mask selects (as an MoE expert's kernels run over the tokens routed
+    to it): its grid and an int argument are the `nonzero`'s size, known only when it runs."""
+    rows = x[mask.nonzero().squeeze(1)]
+    out = torch.empty_like(rows)
+    n = rows.shape[0]
+    scale_rows_by_count_kernel[(n,)](rows, out, n, N_COLS=x.shape[1])
+    return out

@@ -1,0 +1,180 @@
+"""ATen ops whose kernel for the device is a Python function: inlined at capture.
+
+A library can replace ATen's own kernels with Python ones through torch.library (FlagGems'
+`flag_gems.enable()` and `use_gems()` register its Triton operators for the CUDA dispatch key this
+way). The captured graph still says `aten::add.Tensor`: export runs on fake tensors, which never
+reach a device key. Called natively, such a node would enter the interpreter on every hit. Instead
+`inline` runs the Python kernel once on the node's fake tensors, with library Triton launches made
+recordable (library_launches.py), and splices the ATen calls and launches it made in place of the
+node; the rest of the pipeline sees them as any other ops and launches. What the kernel does besides
+(a log line, a cache of generated code) happens at capture, not per call, as with the traced-Python
+route. Size checks the kernel makes on symbolic sizes become the specialization's guards (the
+ShapeEnv records them, symbolic.py turns them into guards).
+
+Only `aten` ops are inlined, and only functional ones (no argument written, no result aliasing an
+argument): their meaning is ATen's, the Python kernel one implementation of it. A custom op's
+Python implementation is its own contract (often opaque on purpose) and stays a call. A kernel
+that cannot be traced this way stays a call too, and `explain` says so with the reason: it runs its
+Python on every call, as eager does.
+"""
+from __future__ import annotations
+
+import operator
+import re
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+_DEVICE_KEYS = {"cuda": "CUDA", "cpu": "CPU"}
+_ROUNDS = 4  # a Python kernel's own ATen calls may have Python kernels too; a cycle stops here
+
+
+def python_kernel_site(op, device_type: str) -> str | None:
+    """Where the Python kernel now registered for aten op `op` on `device_type`'s dispatch key was
+    registered ("file:line"), or None when the kernel there is not a Python one. Read from the
+    dispatcher's own table each time: a library can register and unregister at any moment."""
+    key = _DEVICE_KEYS.get(device_type)
+    if key is None or not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        return None
+    if not _any_registered(key):
+        return None
+    for line in torch._C._dispatch_dump(op.name()).splitlines():
+        if line.startswith(f"{key}: registered at "):
+            # torch.library's Python kernels are boxed-only and carry no C++ signature
+            m = re.match(rf"{key}: registered at (.+):(\d+) :: \(none\) \[ boxed \]$", line)
+            if m is None or m.group(1).endswith((".cpp", ".cc", ".cu", ".h")):
+                return None
+            return f"{m.group(1)}:{m.group(2)}"
+    return None
+
+
+def _any_registered(key: str) -> bool:
+    """Whether torch.library holds any Python kernel for an aten op on `key` (its record of the
+    registrations it made, "ns/op/key"): the usual answer is no, and then no op needs looking up."""
+    impls = getattr(torch.library, "_impls", None)
+    return impls is None or any(k.startswith("aten/") and k.endswith("/" + key) for k in impls)
+
+
+def registrations() -> list[str]:
+    """The aten ops with Python kernels now, as torch.library records them ("aten/op/KEY"): what a
+    saved specialization is keyed on, since a capture inlines them (artifacts.py)."""
+    return sorted(k for k in getattr(torch.library, "_impls", ()) if k.startswith("aten/"))
+
+
+def _is_functional(op) -> bool:
+    schema = op._schema
+    return not any(a.alias_info is not None for a in list(schema.arguments) + list(schema.returns))
+
+
+def _device_type(node: fx.Node) -> str | None:
+    for a in pytree.tree_leaves((node.args, node.kwargs)):
+        val = a.meta.get("val") if isinstance(a, fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            return val.device.type
+    return None
+
+
+def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
+    """Replace each node of `gm` whose op has a Python kernel for its device by what that kernel
+    records. Returns (inlined, kept): "aten::op (file:line) xN" for each op inlined, and
+    ("aten::op (file:line)", why) for each left a call."""
+    inlined: dict[str, int] = {}
+    kept: dict[str, str] = {}
+    for _ in range(_ROUNDS):
+        todo = []
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            site = python_kernel_site(node.target, _device_type(node) or "")
+            if site is None:
+                continue
+            what = f"{node.target.name()} ({site})"
+            if what in kept:
+                continue
+            if not _is_functional(node.target):
+                kept[what] = "it writes an argument or returns a view of one"
+                continue
+            todo.append((node, what))
+        if not todo:
+            break
+        for node, what in todo:
+            try:
+                _inline_node(gm, node)
+            except Exception as e:  # the node stays a call; explain says why
+                kept[what] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+                continue
+            inlined[what] = inlined.get(what, 0) + 1
+    else:
+        for node in gm.graph.nodes:
+            site = python_kernel_site(node.target, _device_type(node) or "") if node.op == "call_function" else None
+            if site is not None:
+                kept.setdefault(f"{node.target.name()} ({site})",
+                                f"its Python calls itself more than {_ROUNDS} levels deep")
+    if inlined:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return [f"{k} x{n}" for k, n in inlined.items()], list(kept.items())
+
+
+def _record(node: fx.Node) -> fx.GraphModule:
+    """The node's Python kernel run on its fake inputs, recorded as a functional ATen graph whose
+    placeholders are the node's fx.Node inputs in tree order."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.func import functionalize
+
+    from . import library_launches
+
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    at = [i for i, a in enumerate(flat) if isinstance(a, fx.Node)]
+    values = [flat[i].meta["val"] for i in at]
+    keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, _DEVICE_KEYS[_device_type(node)]))
+    op = node.target
+
+    def run(*inputs):
+        leaves = list(flat)
+        for i, v in zip(at, inputs):
+            leaves[i] = v
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return op.redispatch(keyset, *args, **kwargs)
+
+    # First the Python as it is (it may read data_ptr() of its fake tensors, which a functional
+    # wrapper refuses), then that recording functionalized: launches become functional launches.
+    with library_launches.traceable():
+        recorded = make_fx(run, tracing_mode="symbolic")(*values)
+    return make_fx(functionalize(recorded, remove="mutations"), tracing_mode="symbolic")(*values)
+
+
+def _inline_node(gm: fx.GraphModule, node: fx.Node) -> None:
+    sub = _record(node)
+    if any(n.op == "get_attr" for n in sub.graph.nodes):
+        raise RuntimeError("the kernel makes tensor constants")
+    for user in node.users:
+        if isinstance(node.meta.get("val"), (list, tuple)) and (
+                user.op != "call_function" or user.target is not operator.getitem):
+            raise RuntimeError(f"a multi-result op used as a whole by {user.format_node()}")
+    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, fx.Node)]
+    env: dict[fx.Node, object] = {}
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    env.update(zip(placeholders, inputs))
+    trace = node.meta.get("stack_trace")
+    result = None
+    with gm.graph.inserting_before(node):
+        for n in sub.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                result = fx.map_arg(n.args[0], lambda a: env[a])
+                break
+            new = gm.graph.node_copy(n, lambda a: env[a])
+            if trace is not None:
+                new.meta["stack_trace"] = trace  # errors name the user's line, not the library's
+            env[n] = new
+    if isinstance(result, (list, tuple)):
+        for user in list(node.users):
+            user.replace_all_uses_with(result[user.args[1]])
+            gm.graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(result)
+    gm.graph.erase_node(node)

@@ -1,0 +1,107 @@
+"""ATen ops whose kernel for the device is a Python function (a library's override through
+torch.library, as `flag_gems.enable()` registers its Triton operators for CUDA): the capture
+inlines the kernel's own ATen calls (python_kernels.py), so a hit runs no Python. Here the device
+is the CPU and the overridden op `aten::hypot`, which no other test uses; the override is
+registered only for the test's duration."""
+import contextlib
+import logging
+
+import pytest
+import torch
+
+import trident
+from trident import python_kernels
+
+
+@contextlib.contextmanager
+def python_kernel_for(op_name, fn, key="CPU"):
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
+            lib.impl(op_name, fn, key)
+        yield
+    finally:
+        lib._destroy()
+
+
+CALLS = []
+
+
+def py_hypot(a, b):
+    """Not ATen's hypot: a different, recognisable computation, with a size branch."""
+    CALLS.append(a.shape)
+    out = torch.empty_like(a)
+    if a.shape[-1] > 4:
+        out.copy_(torch.sqrt(a * a + b * b) * 2)
+    else:
+        out.copy_(a - b)
+    return out
+
+
+def f(x, y):
+    return torch.hypot(x, y) + 1
+
+
+def test_the_op_is_recognised_only_while_its_python_kernel_is_registered():
+    op = torch.ops.aten.hypot.default
+    assert python_kernel_site(op) is None
+    with python_kernel_for("hypot", py_hypot):
+        site = python_kernel_site(op)
+        assert site is not None and __file__.rsplit("/", 1)[-1] in site, site
+        assert python_kernels.python_kernel_site(op, "cuda") is None  # registered for the CPU only
+    assert python_kernel_site(op) is None
+
+
+def python_kernel_site(op):
+    return python_kernels.python_kernel_site(op, "cpu")
+
+
+def test_a_python_kernel_is_inlined_and_a_hit_runs_no_python():
+    with python_kernel_for("hypot", py_hypot):
+        fast = trident.compile(f)
+        x, y = torch.randn(3, 8), torch.randn(3, 8)
+        CALLS.clear()
+        want = f(x, y)
+        assert len(CALLS) == 1  # eager runs the Python kernel
+        got = fast(x, y)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        CALLS.clear()
+        for _ in range(3):
+            x, y = torch.randn(3, 8), torch.randn(3, 8)
+            torch.testing.assert_close(fast(x, y), f(x, y), rtol=0, atol=0)
+        assert len(CALLS) == 3  # eager's three; none from the native calls
+        c = trident.counters(fast)
+        assert c["hits"] == 3 and c["fallbacks"] == 0, c
+        text = trident.explain(fast)
+        assert "aten::hypot" in text and "Python kernels inlined" in text, text
+        # the kernel's branch on the last size is the specialization's own: a short row is
+        # another specialization, computed the other way
+        x, y = torch.randn(3, 2), torch.randn(3, 2)
+        torch.testing.assert_close(fast(x, y), x - y + 1, rtol=0, atol=0)
+
+
+def test_a_symbolic_capture_guards_the_kernels_size_branch():
+    with python_kernel_for("hypot", py_hypot):
+        fast = trident.compile(f, dynamic=True)
+        for n in (8, 9, 16, 3, 2, 5):
+            x, y = torch.randn(2, n), torch.randn(2, n)
+            torch.testing.assert_close(fast(x, y), f(x, y), rtol=0, atol=0)
+        assert trident.counters(fast)["fallbacks"] == 0
+
+
+def py_hypot_writes_its_input(a, b):
+    a.mul_(1)  # harmless, but a Python kernel that mutates cannot be traced functionally here
+    return torch.sqrt(a * a + b * b) + torch.tensor(0.0)  # and a tensor constant: kept as a call
+
+
+def test_a_python_kernel_that_cannot_be_inlined_stays_a_call_and_says_so(caplog):
+    with python_kernel_for("hypot", py_hypot_writes_its_input), caplog.at_level(logging.WARNING, "trident"):
+        fast = trident.compile(f)
+        x, y = torch.randn(4), torch.randn(4)
+        torch.testing.assert_close(fast(x, y), f(x, y))
+        torch.testing.assert_close(fast(x, y), f(x, y))
+    said = [r.getMessage() for r in caplog.records if "runs its Python kernel on every call" in r.getMessage()]
+    assert len(said) == 1 and "aten::hypot" in said[0], said
+    assert "ATen ops that run their Python kernel on every call: aten::hypot" in trident.explain(fast)

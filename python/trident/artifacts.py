@@ -37,7 +37,7 @@ import types
 
 import torch
 
-from . import _C, object_table
+from . import _C, object_table, python_kernels
 
 MAGIC = b"TRIDENT-SPECS\n"
 MAX_HASHED_ELEMENTS = 1 << 16  # a tensor the code reads outside module state, hashed by value up to this
@@ -65,7 +65,8 @@ def _versions() -> dict:
     knobs = sorted([k, v] for k, v in os.environ.items()
                    if k.startswith("TRIDENT_") and k not in ("TRIDENT_CACHE_DIR", "TRIDENT_ARTIFACTS"))
     return {"format": FORMAT, "trident": __version__, "torch": torch.__version__, "triton": triton.__version__,
-            "python": sys.version.split()[0], "cuda": torch.version.cuda, "arch": arch, "knobs": knobs}
+            "python": sys.version.split()[0], "cuda": torch.version.cuda, "arch": arch, "knobs": knobs,
+            "python_kernels": python_kernels.registrations()}
 
 
 def _plain(v) -> bool:

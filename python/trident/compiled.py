@@ -18,7 +18,7 @@ import weakref
 import torch
 import torch.utils._pytree as pytree
 
-from . import _C, _compat, aliasing, arg_objects
+from . import _C, _compat, aliasing, arg_objects, python_kernels
 from .config import Options
 from .errors import CaptureRaisedError, MissPolicyError, UnsupportedError
 from .lower import StateRef, lower, state_key
@@ -440,6 +440,7 @@ class CompiledFunction:
         # the values of symbolic sizes and ints (a Triton `% 16` or `== 1` specialization, a new
         # pointer alignment) is lowered again from the same program instead of exported again.
         self._captures: dict[tuple, object] = {}
+        self._said_python_kernels: set[str] = set()
         self._layout = None  # _module_layout at the captures (None: no module, or none yet)
         # (structure, overlapping leaf pairs) -> why such calls run eagerly (aliasing.py)
         self._overlap_eager: dict[tuple, str] = {}
@@ -954,6 +955,11 @@ class CompiledFunction:
                 lowered = lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
                                 leaf_values, pre_state=pre_state, state_prefix=state_prefix)
                 lowered.route = getattr(program, "_trident_route", "")
+                inlined, kept = getattr(program, "_trident_python_kernels", ((), ()))
+                if inlined:
+                    lowered.route += "; ATen ops' Python kernels inlined: " + ", ".join(inlined)
+                if kept:
+                    lowered.route += "; ATen ops that run their Python kernel on every call: " + "; ".join(kept)
                 return lowered
             finally:
                 self.lowering_seconds += time.perf_counter() - t0
@@ -1049,13 +1055,28 @@ class CompiledFunction:
         while True:
             try:
                 with arg_objects.as_pytree_nodes(extra):
-                    return _compat.export_program(wrapper, args, kwargs, dynamic_shapes, strict=strict)
+                    ep = _compat.export_program(wrapper, args, kwargs, dynamic_shapes, strict=strict)
+                self._inline_python_kernels(ep)
+                return ep
             except AssertionError as e:
                 m = re.search(r"unrecognized type UserDefinedObjectVariable\((\w+)\) at output", str(e))
                 found = [c for c in arg_objects.classes_named(m.group(1)) if c not in extra] if m else []
                 if not found or len(extra) >= 8:
                     raise
                 extra += found
+
+    def _inline_python_kernels(self, ep) -> None:
+        """ATen ops a library gave Python kernels for the device (FlagGems' enable()) are replaced
+        by what those kernels do (python_kernels.py); one that cannot be is said once, since each
+        call of it runs Python."""
+        with _compat.capturing():
+            inlined, kept = python_kernels.inline(ep.graph_module)
+        ep._trident_python_kernels = inlined, [f"{what}: {why}" for what, why in kept]
+        for what, why in kept:
+            if what not in self._said_python_kernels:
+                self._said_python_kernels.add(what)
+                log.warning("trident: %s: %s runs its Python kernel on every call; it could not be "
+                            "inlined: %s", self.name, what, why)
 
     # ---- module state ----------------------------------------------------------------------
     def _state_index(self, ref: StateRef) -> int:

@@ -2,10 +2,15 @@
 entry points, unmodified), at LLM decode and prefill shapes: the paper's kernel suite. Shared by
 benchmarks/flaggems_ops.py and tests/python/test_flaggems_gpu.py.
 
+With make_cases(through_torch=True) the same operators are called through torch instead, for use
+under `flag_gems.enable()` or `use_gems()`, FlagGems' other entry point.
+
 A case is (name, kind, make): make(tokens, hidden, device) returns (fn, args) where fn calls one
 FlagGems operator; kind is "pointwise", "norm", "reduce", "gemm" or "data" (the pointwise ones
 carry the issue's 5x target). Shapes are (tokens, hidden): tokens 1 and 8 are decode steps, 128
 and 1024 prefill; hidden 4096 (Llama-8B) and 14336 (its MLP)."""
+import sys
+
 import torch
 
 SHAPES = [(1, 4096), (8, 4096), (1, 14336), (128, 4096), (1024, 4096)]
@@ -18,6 +23,25 @@ def _ops():
     return ops
 
 
+class _TorchCalls:
+    """The same operators called through torch, as code written for PyTorch calls them: under
+    `flag_gems.enable()` / `use_gems()` FlagGems' kernels serve these ATen ops (its second way of
+    use, make_cases(through_torch=True))."""
+    add, mul, sub = staticmethod(torch.add), staticmethod(torch.mul), staticmethod(torch.sub)
+    silu, gelu = staticmethod(torch.nn.functional.silu), staticmethod(torch.nn.functional.gelu)
+    exp, lt, masked_fill = staticmethod(torch.exp), staticmethod(torch.lt), staticmethod(torch.masked_fill)
+    pow_tensor_scalar, where_self = staticmethod(torch.pow), staticmethod(torch.where)
+    rms_norm, layer_norm = staticmethod(torch.nn.functional.rms_norm), staticmethod(torch.nn.functional.layer_norm)
+    softmax, sum, argmax = staticmethod(torch.softmax), staticmethod(torch.sum), staticmethod(torch.argmax)
+    cumsum, sort, topk = staticmethod(torch.cumsum), staticmethod(torch.sort), staticmethod(torch.topk)
+    mm, addmm, cat = staticmethod(torch.mm), staticmethod(torch.addmm), staticmethod(torch.cat)
+    index_select = staticmethod(torch.index_select)
+
+    @staticmethod
+    def embedding(w, i):
+        return torch.nn.functional.embedding(i, w)
+
+
 def _x(t, h, dev, dtype=DTYPE):
     return torch.randn(t, h, device=dev, dtype=dtype)
 
@@ -26,8 +50,9 @@ def _case(fn, *args):
     return fn, args
 
 
-def make_cases():
-    g = _ops()
+def make_cases(through_torch: bool = False):
+    """through_torch: each operator called through torch (run it under flag_gems.use_gems())."""
+    g = _TorchCalls if through_torch else _ops()
 
     def add(t, h, dev): return _case(lambda x, y: g.add(x, y), _x(t, h, dev), _x(t, h, dev))
     def mul(t, h, dev): return _case(lambda x, y: g.mul(x, y), _x(t, h, dev), _x(t, h, dev))
@@ -69,3 +94,19 @@ def make_cases():
             ("cumsum", "reduce", cumsum), ("sort", "reduce", sort), ("topk", "reduce", topk),
             ("mm", "gemm", mm), ("addmm", "gemm", addmm), ("embedding", "data", embedding),
             ("cat", "data", cat), ("index_select", "data", index_select)]
+
+
+def python_calls_into(package: str, f, args) -> int:
+    """How many Python functions of `package` one call f(*args) enters (0: none of its Python)."""
+    calls = 0
+
+    def profile(frame, event, _arg):
+        nonlocal calls
+        if event == "call" and f"/{package}/" in frame.f_code.co_filename:
+            calls += 1
+    sys.setprofile(profile)
+    try:
+        f(*args)
+    finally:
+        sys.setprofile(None)
+    return calls

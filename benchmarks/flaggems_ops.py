@@ -8,11 +8,15 @@ first call after the library's kernels are compiled), and warm, host µs per cal
 call replayed) beside them. Every mode's result is checked against eager's in the same run.
 
     python benchmarks/flaggems_ops.py [--shapes decode|all] [--modes eager,compile,...] [--ops add,mm]
-        [--torch-compile-shapes decode|all] [--out DIR]     (--shapes also takes "1x4096,8x4096")
+        [--torch-compile-shapes decode|all] [--enabled] [--out DIR]  (--shapes also takes "1x4096,8x4096")
+
+--enabled calls the operators through torch (`x + y`, `torch.mm`) under `flag_gems.use_gems()`,
+FlagGems' enable() way of use, for every mode.
 
 Prints one table last: warm µs per mode, trident's speedup over eager and over the best
 torch.compile mode."""
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -32,26 +36,33 @@ def _tol(kind):
     return 0.0 if kind in ("pointwise", "data") else 2e-2
 
 
-def run_case(name, kind, make, tokens, hidden, mode_list):
+def run_case(name, kind, make, tokens, hidden, mode_list, enabled=contextlib.nullcontext):
+    """enabled: the context the operators run in (flag_gems.use_gems for --enabled); the checks
+    run outside it, where ATen's own kernels compute the error."""
     fn, args = make(tokens, hidden, "cuda")
-    ref = fn(*args)  # FlagGems compiles its kernels here
-    timing.sync()
+    with enabled():
+        ref = fn(*args)  # FlagGems compiles its kernels here
+        timing.sync()
     row = {"op": name, "kind": kind, "shape": [tokens, hidden], "modes": {}}
     try:
-        row["floor_us"] = round(timing.graph_replay_us(lambda: fn(*args))[0], 2)
+        with enabled():
+            row["floor_us"] = round(timing.graph_replay_us(lambda: fn(*args))[0], 2)
     except Exception as e:  # noqa: BLE001  (a library launch that refuses stream capture)
         row["floor_us"], row["floor_error"] = None, modes.first_line(f"{type(e).__name__}: {e}")
     for mode in mode_list:
         modes.reset(mode)
         entry = row["modes"][mode] = {}
         try:
-            f = modes.build(mode, fn)
-            t0 = time.perf_counter()
-            out = f(*args)
-            timing.sync()
-            entry["cold_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
-            entry["check"] = modes.check(f(*args), ref, _tol(kind))
-            entry["warm_us"] = round(timing.host_us_per_call(f, args, calls=200, repeats=3, warmup=20)[0], 2)
+            with enabled():
+                f = modes.build(mode, fn)
+                t0 = time.perf_counter()
+                out = f(*args)
+                timing.sync()
+                entry["cold_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
+                second = f(*args)
+                entry["warm_us"] = round(timing.host_us_per_call(f, args, calls=200, repeats=3, warmup=20)[0], 2)
+                entry["flag_gems_python_calls"] = flaggems_cases.python_calls_into("flag_gems", f, args)
+            entry["check"] = modes.check(second, ref, _tol(kind))
             entry["status"] = modes.OK if entry["check"]["ok"] else modes.FAILED
             if mode.startswith("trident"):
                 entry["counters"] = {k: v for k, v in modes.trident_counters(mode, f).items()
@@ -59,6 +70,8 @@ def run_case(name, kind, make, tokens, hidden, mode_list):
             if mode == "trident":
                 import trident
                 entry["said"] = [line[:600] for line in trident.controller(f).said]
+                entry["routes"] = [line.strip()[:400] for line in trident.explain(f).splitlines()
+                                   if "captured by:" in line]
             del out
         except Exception as e:  # noqa: BLE001
             entry["status"], entry["error"] = modes.classify(mode, e)
@@ -92,11 +105,17 @@ def main():
                     help="shapes torch.compile's modes run at (they compile for seconds per case)")
     ap.add_argument("--modes", default="eager,compile,cpp_wrapper,trident_backend,trident")
     ap.add_argument("--ops", default="")
+    ap.add_argument("--enabled", action="store_true",
+                    help="call the operators through torch under flag_gems.use_gems() (FlagGems' enable() way)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/flaggems_ops"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     mode_list = a.modes.split(",")
-    cases = [c for c in flaggems_cases.make_cases() if not a.ops or c[0] in a.ops.split(",")]
+    cases = [c for c in flaggems_cases.make_cases(through_torch=a.enabled) if not a.ops or c[0] in a.ops.split(",")]
+    enabled = contextlib.nullcontext
+    if a.enabled:
+        import flag_gems
+        enabled = flag_gems.use_gems
     if a.shapes in ("all", "decode"):
         shapes = [s for s in flaggems_cases.SHAPES if a.shapes == "all" or s[0] in flaggems_cases.DECODE_TOKENS]
     else:
@@ -106,7 +125,7 @@ def main():
         decode = tokens in flaggems_cases.DECODE_TOKENS
         these = [m for m in mode_list if decode or a.torch_compile_shapes == "all" or m not in TORCH_MODES]
         for name, kind, make in cases:
-            rows.append(run_case(name, kind, make, tokens, hidden, these))
+            rows.append(run_case(name, kind, make, tokens, hidden, these, enabled))
             with open(os.path.join(a.out, "flaggems_ops.json"), "w") as f:
                 json.dump({"meta": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}, "rows": rows}, f, indent=1)
             print(json.dumps(rows[-1]), flush=True)

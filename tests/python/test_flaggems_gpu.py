@@ -67,3 +67,62 @@ def test_mini_gems_library_runs_and_hits_natively():
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     n = trident.counters(fast)
     assert (n["captures"], n["fallbacks"], n["hits"]) == (1, 0, 2), n
+
+
+TORCH_CASES = {c[0]: c for c in flaggems_cases.make_cases(through_torch=True)}
+
+
+# Not yet inlined on the H200 (flaggems_ops.py --enabled, session 27: 7 to 23 calls into FlagGems'
+# Python per hit, the reason not yet read from explain; on the CPU with FlagGems' device faked,
+# its Hopper mm launches a kernel whose autotune configs have a pre_hook, which torch's launch
+# capture refuses).
+_NOT_YET = pytest.mark.xfail(strict=True, reason="FlagGems' kernel for this op is not yet inlined")
+
+
+@pytest.mark.parametrize("name", ["add", "silu", "rms_norm", "embedding", "sum", "where", "index_select",
+                                  "topk", pytest.param("softmax", marks=_NOT_YET),
+                                  pytest.param("mm", marks=_NOT_YET), pytest.param("layer_norm", marks=_NOT_YET),
+                                  pytest.param("argmax", marks=_NOT_YET)])
+def test_ops_flag_gems_enables_run_its_kernels_natively(name):
+    """Code written for PyTorch (`x + y`, `torch.mm`), with FlagGems enabled the way its users
+    enable it: the ATen ops' Python kernels FlagGems registered are inlined at capture, so a hit
+    launches its Triton kernels natively and enters none of its Python, with eager's result."""
+    _, kind, make = TORCH_CASES[name]
+    fn, args = make(8, 4096, "cuda")
+    with flag_gems.use_gems():
+        want = fn(*args)
+        assert flaggems_cases.python_calls_into("flag_gems", fn, args) > 0  # eager goes through FlagGems' Python
+        fast = trident.compile(fn)
+        _same(fast(*args), want, kind)
+        assert flaggems_cases.python_calls_into("flag_gems", fast, args) == 0
+        _same(fast(*args), want, kind)
+        text = trident.explain(fast)
+    n = trident.counters(fast)
+    assert (n["captures"], n["fallbacks"], n["hits"]) == (1, 0, 2), n
+    assert "ATen ops' Python kernels inlined: aten::" in text and "flag_gems" in text, text
+
+
+def test_a_decoder_block_with_flag_gems_enabled():
+    """Several enabled ops in one function, beside ops FlagGems does not serve."""
+    def block(x, w_norm, table, ids):
+        h = torch.nn.functional.rms_norm(x + torch.nn.functional.embedding(ids, table), (x.shape[-1],), w_norm, 1e-6)
+        y = x + torch.nn.functional.silu(h) * h
+        return y, y.float().sum(-1)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    d = 1024
+    x = torch.randn(4, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    ws = [torch.randn(d, device="cuda", dtype=torch.bfloat16, generator=g),
+          torch.randn(64, d, device="cuda", dtype=torch.bfloat16, generator=g),
+          torch.randint(0, 64, (4,), device="cuda", generator=g)]
+    with flag_gems.use_gems():
+        want = block(x, *ws)
+        fast = trident.compile(block)
+        for _ in range(3):
+            got = fast(x, *ws)
+            # eager may run FlagGems' fused rms_norm where the capture holds its decomposition
+            torch.testing.assert_close(got[0], want[0], rtol=2e-2, atol=2e-2)
+            torch.testing.assert_close(got[1], want[1], rtol=2e-2, atol=0.5)
+        assert flaggems_cases.python_calls_into("flag_gems", fast, (x, *ws)) == 0
+    n = trident.counters(fast)
+    assert (n["captures"], n["fallbacks"], n["hits"]) == (1, 0, 3), n

@@ -77,17 +77,30 @@ def _device_type(node: fx.Node) -> str | None:
 
 def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
     """Replace each node of `gm` whose op has a Python kernel for its device by what that kernel
-    records. Returns (inlined, kept): "aten::op (file:line) xN" for each op inlined, and
+    records (a composite op whose decomposition reaches one by that decomposition first). Returns (inlined, kept): "aten::op (file:line) xN" for each op inlined, and
     ("aten::op (file:line)", why) for each left a call."""
     inlined: dict[str, int] = {}
     kept: dict[str, str] = {}
+    changed = False
+    plain: set = set()  # ops whose decomposition reaches no Python kernel (or that have none)
     for _ in range(_ROUNDS):
-        todo = []
+        todo, composites = [], []
         for node in gm.graph.nodes:
             if node.op != "call_function":
                 continue
-            site = python_kernel_site(node.target, _device_type(node) or "")
+            device = _device_type(node) or ""
+            site = python_kernel_site(node.target, device)
             if site is None:
+                # A composite op (softmax.int, layer_norm) runs ATen's decomposition, whose ops may
+                # have Python kernels (_softmax, native_layer_norm): decomposed, they are inlined
+                # in the next round. Looked at only where this device has Python kernels at all.
+                if node.target in plain:
+                    continue
+                sub = _decomposition_reaching_python(node, device)
+                if sub is None:
+                    plain.add(node.target)
+                else:
+                    composites.append((node, sub))
                 continue
             what = f"{node.target.name()} ({site})"
             if what in kept:
@@ -96,11 +109,14 @@ def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
                 kept[what] = "it writes an argument or returns a view of one"
                 continue
             todo.append((node, what))
-        if not todo:
+        if not todo and not composites:
             break
+        for node, sub in composites:
+            _splice(gm, node, sub)
+            changed = True
         for node, what in todo:
             try:
-                _inline_node(gm, node)
+                _splice(gm, node, _record(node))
             except Exception as e:  # the node stays a call; explain says why
                 kept[what] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
                 continue
@@ -111,11 +127,49 @@ def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
             if site is not None:
                 kept.setdefault(f"{node.target.name()} ({site})",
                                 f"its Python calls itself more than {_ROUNDS} levels deep")
-    if inlined:
+    if inlined or changed:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return [f"{k} x{n}" for k, n in inlined.items()], list(kept.items())
+
+
+def _decomposition_reaching_python(node: fx.Node, device: str) -> fx.GraphModule | None:
+    """ATen's decomposition of the node's composite op, recorded, when one of the ops it makes has a
+    Python kernel for `device`; else None."""
+    op = node.target
+    key = _DEVICE_KEYS.get(device)
+    if key is None or not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" \
+            or not _any_registered(key) or not _is_functional(op) \
+            or not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+        return None
+    from torch.fx.experimental.proxy_tensor import make_fx
+    try:
+        sub = make_fx(_calling(node, op.decompose), tracing_mode="symbolic")(*_input_values(node))
+    except Exception:  # noqa: BLE001  (the op stays as it was: a call, as before)
+        return None
+    reaches = any(n.op == "call_function" and python_kernel_site(n.target, device) is not None
+                  for n in sub.graph.nodes)
+    return sub if reaches else None
+
+
+def _input_values(node: fx.Node) -> list:
+    return [a.meta["val"] for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, fx.Node)]
+
+
+def _calling(node: fx.Node, fn):
+    """fn called with the node's arguments, its fx.Node inputs (tree order) replaced by the values
+    passed in."""
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    at = [i for i, a in enumerate(flat) if isinstance(a, fx.Node)]
+
+    def run(*inputs):
+        leaves = list(flat)
+        for i, v in zip(at, inputs):
+            leaves[i] = v
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return fn(*args, **kwargs)
+    return run
 
 
 def _record(node: fx.Node) -> fx.GraphModule:
@@ -126,18 +180,10 @@ def _record(node: fx.Node) -> fx.GraphModule:
 
     from . import library_launches
 
-    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
-    at = [i for i, a in enumerate(flat) if isinstance(a, fx.Node)]
-    values = [flat[i].meta["val"] for i in at]
+    values = _input_values(node)
     keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, _DEVICE_KEYS[_device_type(node)]))
     op = node.target
-
-    def run(*inputs):
-        leaves = list(flat)
-        for i, v in zip(at, inputs):
-            leaves[i] = v
-        args, kwargs = pytree.tree_unflatten(leaves, spec)
-        return op.redispatch(keyset, *args, **kwargs)
+    run = _calling(node, lambda *args, **kwargs: op.redispatch(keyset, *args, **kwargs))
 
     # First the Python as it is (it may read data_ptr() of its fake tensors, which a functional
     # wrapper refuses), then that recording functionalized: launches become functional launches.
@@ -146,8 +192,8 @@ def _record(node: fx.Node) -> fx.GraphModule:
     return make_fx(functionalize(recorded, remove="mutations"), tracing_mode="symbolic")(*values)
 
 
-def _inline_node(gm: fx.GraphModule, node: fx.Node) -> None:
-    sub = _record(node)
+def _splice(gm: fx.GraphModule, node: fx.Node, sub: fx.GraphModule) -> None:
+    """`sub` (placeholders: the node's fx.Node inputs in tree order) in place of `node`."""
     if any(n.op == "get_attr" for n in sub.graph.nodes):
         raise RuntimeError("the kernel makes tensor constants")
     for user in node.users:

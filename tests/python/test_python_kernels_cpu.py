@@ -105,3 +105,30 @@ def test_a_python_kernel_that_cannot_be_inlined_stays_a_call_and_says_so(caplog)
     said = [r.getMessage() for r in caplog.records if "runs its Python kernel on every call" in r.getMessage()]
     assert len(said) == 1 and "aten::hypot" in said[0], said
     assert "ATen ops that run their Python kernel on every call: aten::hypot" in trident.explain(fast)
+
+
+def py_softmax(x, dim, half_to_float):
+    CALLS.append(x.shape)
+    e = torch.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(dim, keepdim=True) + 1  # recognisably not ATen's
+
+
+def softmax_twice(x):
+    return torch.softmax(x, -1) * 2
+
+
+def test_a_composite_op_whose_decomposition_reaches_a_python_kernel_is_decomposed_and_inlined():
+    """torch.softmax is captured as the composite `softmax.int`, whose decomposition calls
+    `_softmax`, the op a library overrides (FlagGems registers `_softmax`, not `softmax.int`)."""
+    with python_kernel_for("_softmax", py_softmax):
+        fast = trident.compile(softmax_twice)
+        x = torch.randn(4, 16)
+        CALLS.clear()
+        want = softmax_twice(x)
+        assert len(CALLS) == 1
+        torch.testing.assert_close(fast(x), want)
+        CALLS.clear()
+        for _ in range(2):
+            torch.testing.assert_close(fast(x), want)
+        assert CALLS == [] and trident.counters(fast)["hits"] == 2
+        assert "aten::_softmax" in trident.explain(fast)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+import typing
 
 import sympy
 from dataclasses import dataclass, field
@@ -326,54 +327,73 @@ class _Lowerer:
 
     # -- nodes -----------------------------------------------------------------------------
     def call(self, node: fx.Node):
-        op = node.target
+        """Lower one call node by the first rule of RULES that takes it."""
+        for rule in RULES:
+            if rule.lower(self, node):
+                return
+        raise AssertionError(f"trident bug: no lowering rule took node {node.format_node()}")  # aten_call takes all
+
+    def symbolic_value(self, node: fx.Node) -> bool:
+        """Shape arithmetic (sym_size, operator.add, ...): computed natively where it is used."""
+        val, op = node.meta.get("val"), node.target
+        if not (isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)) or (
+                isinstance(val, (int, float, bool)) and not isinstance(op, torch._ops.OpOverload))):
+            return False
+        if isinstance(val, (torch.SymBool, torch.SymFloat)) and not (_only_asserted(node) and _unbacked(val)):
+            self.fail(node, "symbolic bool/float values are not supported")
+        self.env[node] = val
+        return True
+
+    def run_time_float(self, node: fx.Node) -> bool:
+        """A run-time float, or arithmetic on one (float_symbols.py); a float only assertions read
+        falls through to symbolic_value."""
         val = node.meta.get("val")
-        if data_values.lower_item(self, node) or data_values.lower_assert(self, node) or \
-                data_values.lower_branch(self, node):
-            return
-        if isinstance(val, torch.SymFloat) or float_symbols.is_item_of_float(self, node):
-            try:
-                if float_symbols.lower(self, node):
-                    return  # a run-time float, or arithmetic on one
-            except UnsupportedError:
-                if not (_only_asserted(node) and _unbacked(val)):
-                    raise  # else a value only assertions read, as below
-        if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)) or (
-                isinstance(val, (int, float, bool)) and not isinstance(op, torch._ops.OpOverload)):
-            # Shape arithmetic (sym_size, operator.add, ...): computed natively where it is used.
-            if isinstance(val, (torch.SymBool, torch.SymFloat)) and not (_only_asserted(node) and _unbacked(val)):
-                self.fail(node, "symbolic bool/float values are not supported")
-            self.env[node] = val
-            return
-        if op in _SKIPPED_OPS:
+        if not (isinstance(val, torch.SymFloat) or float_symbols.is_item_of_float(self, node)):
+            return False
+        try:
+            return float_symbols.lower(self, node)
+        except UnsupportedError:
+            if not (_only_asserted(node) and _unbacked(val)):
+                raise
+            return False
+
+    def marked(self, node: fx.Node) -> bool:
+        """Nodes an analysis before the run claimed: runtime asserts the guards enforce, in-place
+        updates kept in place (reinplace.py), ops absorbed into a rotary launch or folded to
+        constants (builtin_rotary.py, constant_fold.py)."""
+        if node.target in _SKIPPED_OPS:
             self.env[node] = None  # runtime asserts: the guards already enforce them
-            return
-        if node in self.inplace:
+        elif node in self.inplace:
             self.inplace_call(node)
-            return
-        if node in self.absorbed:
+        elif node in self.absorbed:
             self.env[node] = None  # read only by its rotary pattern's launch (builtin_rotary)
-            return
-        if node in self.rotaries:
+        elif node in self.rotaries:
             builtin_rotary.lower(self, node, self.rotaries[node])
-            return
-        if node in self.folded:
+        elif node in self.folded:
             self.folded_constant(node)
-            return
-        if getattr(op, "__name__", "") == "triton_kernel_wrapper_functional":
-            from .triton_lower import TritonCall
-            TritonCall(self, node).lower()
-            return
+        else:
+            return False
+        return True
+
+    def triton_kernel(self, node: fx.Node) -> bool:
+        if getattr(node.target, "__name__", "") != "triton_kernel_wrapper_functional":
+            return False
+        from .triton_lower import TritonCall
+        TritonCall(self, node).lower()
+        return True
+
+    def aten_call(self, node: fx.Node) -> bool:
+        """Any other ATen op: a native call of its kernel through the dispatcher (the last rule:
+        anything else is an error)."""
+        op = node.target
         if not isinstance(op, torch._ops.OpOverload):
             self.fail(node, f"call to {getattr(op, '__name__', op)!r}, which is not an ATen operator")
-        if builtin_lower.elementwise(self, node):
-            return
         schema = op._schema
         self.check_scalar_results_unused(node, schema)
         args = self.schema_args(node, schema)
         name = lazy_views.qualified(op)
         if lazy_views.defer(self, node, name, args):
-            return
+            return True
         operands = [self.operand(node, a) for a in args]
         self.ops.append(name)
         val = node.meta.get("val")
@@ -393,6 +413,7 @@ class _Lowerer:
         data_values.bind_result_sizes(self, results, val)
         if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
             self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
+        return True
 
     def folded_constant(self, node: fx.Node):
         """A value computed at lowering (constant_fold.py): module state the run reads, unless only
@@ -690,6 +711,36 @@ _C10_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float
                     torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
                     torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
                     torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One family of call nodes: `lower(lw, node)` lowers the node and returns True, or returns
+    False to leave it to the next rule."""
+    name: str
+    lower: typing.Callable[[_Lowerer, fx.Node], bool]
+
+
+def _elementwise(lw: _Lowerer, node: fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and builtin_lower.elementwise(lw, node)
+
+
+# Every call node goes to the first rule here that takes it. A new op goes to the rule of its family
+# (a new family gets a rule here, before aten_call). The order matters where families overlap:
+# data-dependent values and run-time floats come before shape arithmetic (an `.item()`'s value is
+# a SymInt too); nodes an earlier analysis claimed come before the op families that would take
+# them otherwise; trident's own kernels (builtin_lower.py) before the dispatcher's.
+RULES = (
+    Rule("data-dependent value (.item(), runtime assertion, branch on data)",
+         lambda lw, n: data_values.lower_item(lw, n) or data_values.lower_assert(lw, n) or
+         data_values.lower_branch(lw, n)),
+    Rule("run-time float", _Lowerer.run_time_float),
+    Rule("shape arithmetic", _Lowerer.symbolic_value),
+    Rule("claimed by an analysis (skipped, kept in place, rotary, folded)", _Lowerer.marked),
+    Rule("user Triton kernel", _Lowerer.triton_kernel),
+    Rule("builtin elementwise kernel", _elementwise),
+    Rule("ATen call (a lazy view, or the dispatcher)", _Lowerer.aten_call),
+)
 
 
 def _check_inplace_casts(ep):

@@ -57,18 +57,18 @@ def _native_switch_off(name: str):
 def _switched_off(change: str) -> list:
     """The context managers under which a compile has `change` off."""
     import trident._compat
-    import trident.builtin_lower
-    import trident.cse
+    import trident.lowering.builtin_lower
+    import trident.lowering.cse
     patch = mock.patch.object
     return {
-        "mask": [patch(trident.cse, "eliminate", lambda graph: 0),
+        "mask": [patch(trident.lowering.cse, "eliminate", lambda graph: 0),
                  patch(trident._compat, "_capture_decompositions", lambda: {})],
-        "int_adds": [patch(trident.builtin_lower, "_INT_DTYPES", ())],
-        "index_copy": [patch(trident.builtin_lower, "index_copy", lambda lw, node: False)],
-        "clone": [patch(trident.builtin_lower, "clone", lambda lw, node: False)],
-        "mul": [patch(trident.builtin_lower, "_mul", lambda lw, node: False)],
-        "where": [patch(trident.builtin_lower, "_where", lambda lw, node: False)],
-        "convert": [patch(trident.builtin_lower, "_convert", lambda lw, node: False)],
+        "int_adds": [patch(trident.lowering.builtin_lower, "_INT_DTYPES", ())],
+        "index_copy": [patch(trident.lowering.builtin_lower, "index_copy", lambda lw, node: False)],
+        "clone": [patch(trident.lowering.builtin_lower, "clone", lambda lw, node: False)],
+        "mul": [patch(trident.lowering.builtin_lower, "_mul", lambda lw, node: False)],
+        "where": [patch(trident.lowering.builtin_lower, "_where", lambda lw, node: False)],
+        "convert": [patch(trident.lowering.builtin_lower, "_convert", lambda lw, node: False)],
         "linear_nd": [_native_switch_off("_set_linear_nd")],
         "aten_replay": [_native_switch_off("_set_aten_replay")],
     }[change]

@@ -2,7 +2,7 @@
 
 One Specialization Cache Module per row, holding 1, 8 or 64 specializations of a tiny function
 (`x + k * x` with the int k baked in, or the same function specialized on x's dtype). Every spec has
-the guards the lowering emits for its call (trident.lower.guard_lines: kind, dtype, device, rank,
+the guards the lowering emits for its call (trident.lowering.lower.guard_lines: kind, dtype, device, rank,
 flags, keyset, every size and stride, the int's value, grad mode) and a one-op body:
 
     %0 = arg 0
@@ -29,7 +29,7 @@ import torch
 
 import trident  # noqa: F401  (loads the extension after torch)
 from trident import _C
-from trident.guard_text import guard_lines
+from trident.lowering.guard_text import guard_lines
 
 SPEC_COUNTS = (1, 8, 64)
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,

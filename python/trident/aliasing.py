@@ -23,7 +23,8 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _C, hir
+from . import _C
+from .lowering import hir
 from .guard_fields import field
 
 

@@ -382,7 +382,7 @@ def _resolve_object(entry: dict):
 def texts(header: dict, blobs: list[bytes], state) -> list[str]:
     """The specs' IR with this process's values for the placeholders (see _placeholders)."""
     from .aliasing import _extent
-    from .triton_lower import _cubin_path
+    from .lowering.triton_lower import _cubin_path
     numbers = []
     for entry in header["objects"]:
         obj = _resolve_object(entry)

@@ -31,7 +31,7 @@ from torch.export.graph_signature import (ConstantArgument, InputKind, InputSpec
 from . import _compat
 from .compiled import CompiledFunction
 from .config import Options
-from .lower import lower
+from .lowering.lower import lower
 
 log = logging.getLogger("trident")
 

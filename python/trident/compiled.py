@@ -21,7 +21,7 @@ import torch.utils._pytree as pytree
 from . import _C, _compat, aliasing, arg_objects, python_kernels
 from .config import Options
 from .errors import CaptureRaisedError, MissPolicyError, UnsupportedError
-from .lower import StateRef, lower, state_key
+from .lowering.lower import StateRef, lower, state_key
 
 log = logging.getLogger("trident")
 

@@ -85,7 +85,7 @@ _DTYPE_NAMES: dict[int, str] = {}
 def dtype_names() -> dict[int, str]:
     """dtype codes (host IR, trd_leaf.dtype) to their torch names, `float32`."""
     if not _DTYPE_NAMES:
-        from .lower import dtype_code
+        from .lowering.lower import dtype_code
         for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                   torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128):
             _DTYPE_NAMES[dtype_code(d)] = str(d).replace("torch.", "")

@@ -68,7 +68,7 @@ TEST(the_verifier_bounds_a_dimension) {
 }
 
 TEST(a_tuple_class_output_parses_prints_back_and_verifies) {
-  // a namedtuple or structseq result (python/trident/output_trees.py): object(K) seq (items)
+  // a namedtuple or structseq result (python/trident/lowering/output_trees.py): object(K) seq (items)
   for (const std::string tree : {"object(3) seq (%1, (%1, none), 2)", "object(0) seq (%1,)"}) {
     const std::string text = "spec 0 structure \"T\" {\n  %1 = arg 0\n  return " + tree + "\n}\n";
     const auto m = trident::ir::parse_module(text);

@@ -42,7 +42,7 @@ def keep_ptx(monkeypatch) -> dict:
     """{kernel name: PTX} of every kernel triton.compile builds from now on (compiled for sm_90 under
     capture_as_sm90): how CPU tests read what the device would run. trident's own record of the
     kernels this process compiled starts empty, so that each kernel goes through triton.compile."""
-    from trident import triton_specialize
+    from trident.lowering import triton_specialize
     ptx = {}
     compile_ = triton.compile
     monkeypatch.setattr(triton_specialize, "_COMPILED", {})

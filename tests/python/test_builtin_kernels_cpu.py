@@ -13,7 +13,7 @@ import torch
 from fake_cuda import capture_as_sm90, keep_ptx
 
 import trident
-from trident.lower import dtype_code
+from trident.lowering.lower import dtype_code
 
 
 @pytest.fixture(autouse=True)
@@ -404,7 +404,7 @@ def test_builtin_kernels_compute_what_aten_does_under_the_triton_interpreter():
     GPU test: the interpreter's fp32-to-bf16 conversion is not the device's round-to-nearest-even.)"""
     script = textwrap.dedent("""
         import torch
-        from trident import builtin_kernels as bk
+        from trident.lowering import builtin_kernels as bk
         g = torch.Generator().manual_seed(0)
         for dtype in (torch.bfloat16, torch.float16, torch.float32):
             k_cache, v_cache = torch.zeros(2, 4, 16, 32, dtype=dtype), torch.zeros(2, 4, 16, 32, dtype=dtype)
@@ -628,7 +628,7 @@ def test_a_held_copy_is_launched_before_a_clone_aten_keeps():
 ])
 def test_merged_dimensions_address_the_same_elements(shape, make):
     """builtin_lower._merged_dims on real tensors: copying through the merged views gives clone()."""
-    from trident.builtin_lower import _merged_dims
+    from trident.lowering.builtin_lower import _merged_dims
     src = make()
     dst = torch.empty(shape)
     merged = _merged_dims(dst, src)

@@ -129,8 +129,8 @@ def test_the_kernel_under_the_triton_interpreter_gives_atens_fp16_bits():
         import sys, torch
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
         from rotary_cases import decode_inputs, rope
-        from trident import builtin_kernels as bk
-        from trident.builtin_rotary import _strides4
+        from trident.lowering import builtin_kernels as bk
+        from trident.lowering.builtin_rotary import _strides4
         dtype = torch.float16
         q, k, cos, sin = decode_inputs(3, 4, 2, 16, dtype, generator=torch.Generator().manual_seed(0))
         q.mul_(30)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import trident
-from trident import cse
+from trident.lowering import cse
 
 
 def lowered_text(fast, *args):

@@ -1,4 +1,4 @@
-"""Data-dependent sizes and values computed natively (python/trident/data_values.py): `.item()`,
+"""Data-dependent sizes and values computed natively (python/trident/lowering/data_values.py): `.item()`,
 `.tolist()`, and the sizes of `nonzero`, `masked_select`, `unique` and friends drive later sizes,
 views, allocations and arithmetic. Each function runs on data that changes the sizes from call to
 call; one specialization serves them all, every call native, results equal eager's."""

@@ -1,4 +1,4 @@
-"""Data-dependent values and branches on CUDA tensors (python/trident/data_values.py): `.item()` and
+"""Data-dependent values and branches on CUDA tensors (python/trident/lowering/data_values.py): `.item()` and
 result sizes read on the host after the device has computed them, a branch on a CUDA tensor's value
 checked first, and graph mode declining such programs (a host read cannot be captured)."""
 import pytest

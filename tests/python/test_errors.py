@@ -251,7 +251,7 @@ UNSUPPORTED = [
 @pytest.mark.parametrize("fn", [_item_branch, _tensor_if], ids=["item_branch", "tensor_if"])
 def test_branches_on_data_run_natively_each_way(fn):
     """Branches on a tensor's value or on an `.item()` are traced per branch taken
-    (python/trident/data_values.py): both ways give eager's result, every call native."""
+    (python/trident/lowering/data_values.py): both ways give eager's result, every call native."""
     fast = trident.compile(fn)
     pos = randn(3, 4).abs() + 0.1
     with torch.no_grad():

@@ -14,7 +14,7 @@ Modules are built from a fixed-seed pool of argument signatures that differ in a
 kind (tensor/int/float/bool/None, nested tuple/list, keywords), dtype, rank 0..4, sizes (0 and 1
 included), strides (contiguous, permuted, step-sliced, expanded with stride 0, as_strided), storage
 offset, requires_grad, Python scalar values and grad mode. Each spec starts from the guards the
-lowering emits for one signature (``trident.lower.guard_lines``) and is then loosened and perturbed:
+lowering emits for one signature (``trident.lowering.lower.guard_lines``) and is then loosened and perturbed:
 guards dropped, literals moved to a neighbour value, range guards, relations between two fields,
 ``divby 16`` / ``notdivby 16`` on ``ival``, ``data_ptr`` and ``storage_offset``, order shuffled,
 earlier specs duplicated. Rebuilding a module costs tens of milliseconds per add_spec, so each
@@ -41,7 +41,7 @@ import pytest
 import torch
 
 from trident import _C
-from trident.lower import _float, guard_lines
+from trident.lowering.lower import _float, guard_lines
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
 SIZES = [0, 1, 1, 2, 2, 3, 4, 5]

@@ -1,4 +1,4 @@
-"""The lowering's rule modules use only what lowering_context.LoweringContext declares of the
+"""The lowering's rule modules use only what lowering.context.LoweringContext declares of the
 lowering in progress (read from their source: every attribute they read or write on the lowerer
 they are given, `lw` or `self.lw`), and lower._Lowerer provides all of it."""
 import ast
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 import trident
-from trident import lower
-from trident.lowering_context import LoweringContext
+from trident.lowering import lower
+from trident.lowering.context import LoweringContext
 
 RULE_MODULES = ["builtin_lower", "builtin_rotary", "constant_fold", "data_values", "float_symbols",
                 "lazy_views", "triton_lower"]
-SOURCE = Path(trident.__file__).parent
+SOURCE = Path(trident.__file__).parent / "lowering"
 
 
 def _declared() -> set[str]:

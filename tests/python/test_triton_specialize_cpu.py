@@ -1,4 +1,4 @@
-"""CPU-only tests for trident.triton_specialize.
+"""CPU-only tests for trident.lowering.triton_specialize.
 
 Every specialization is checked twice: against literal expected values, and
 against Triton's own JIT path (JITFunction.run with a fake driver, stopped just
@@ -6,10 +6,7 @@ before compiling), so a Triton upgrade that changes the rules fails here.
 Runtime parameter lists are checked against the C source Triton's launcher
 generator (make_launcher) emits for the same signature.
 """
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 from fake_cuda import FakeCudaDriver
@@ -19,23 +16,8 @@ import triton
 import triton.language as tl
 from triton.backends.nvidia.driver import make_launcher
 
+from trident.lowering import triton_specialize as ts
 
-def _load_module():
-    # The trident package may not be importable here (extension not built), and the
-    # module is self-contained, so fall back to loading the file directly.
-    try:
-        from trident import triton_specialize
-        return triton_specialize
-    except ImportError:
-        path = Path(__file__).resolve().parents[2] / "python" / "trident" / "triton_specialize.py"
-        spec = importlib.util.spec_from_file_location("trident_triton_specialize", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up here
-        spec.loader.exec_module(module)
-        return module
-
-
-ts = _load_module()
 ArgSpec, KernelParam, SpecGuard = ts.ArgSpec, ts.KernelParam, ts.SpecGuard
 
 D = [["tt.divisibility", 16]]

@@ -104,7 +104,7 @@ def lower_assert(lw, node: fx.Node) -> bool:
 
 
 def _is_branch(node: fx.Node) -> bool:
-    from ._compat import BRANCH_MARK
+    from .._compat import BRANCH_MARK
     return (node.op == "call_function" and node.target is ASSERT_ASYNC_OP and len(node.args) == 2
             and isinstance(node.args[1], str) and node.args[1].startswith(BRANCH_MARK))
 
@@ -130,7 +130,7 @@ def lower_branch(lw, node: fx.Node) -> bool:
     """A traced branch's condition: `$N = item %cond` and `expect $N, "..."`. True when lowered."""
     if not _is_branch(node):
         return False
-    from .errors import UnsupportedError
+    from ..errors import UnsupportedError
     cond = node.args[0]
     if lw.inplace & set(_ancestors(cond)):
         raise UnsupportedError(f"{node.args[1][len('trident: the program took this branch at '):]}: a branch on "

@@ -6,8 +6,9 @@ import math
 
 import torch
 
-from . import _C, hir
-from .guard_fields import field
+from . import hir
+from .. import _C
+from ..guard_fields import field
 
 
 def float_text(v: float) -> str:

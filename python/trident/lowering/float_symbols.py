@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 
 from . import hir
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 from .guard_text import float_text
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from . import hir
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 
 # Ops that return a view of their first argument and take no other tensor.
 VIEW_OPS = frozenset({

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy
 
 from . import hir
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 
 
 def _fn_name(e) -> str:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import collections
 
-from . import _compat, arg_objects, object_table
-from .arg_objects import Node
-from .errors import UnsupportedError
+from .. import _compat, arg_objects, object_table
+from ..arg_objects import Node
+from ..errors import UnsupportedError
 
 _MISSING = object()
 

@@ -20,7 +20,8 @@ import torch
 import torch.fx as fx
 from torch._prims_common import make_contiguous_strides_for
 
-from . import builtin_kernels, config, hir, lazy_views
+from . import builtin_kernels, hir, lazy_views
+from .. import config
 from .reinplace import SCATTERS
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel
 

@@ -18,8 +18,9 @@ import sympy
 import torch
 import torch.fx as fx
 
-from . import config, float_symbols, hir, lazy_views
-from .errors import UnsupportedError
+from . import float_symbols, hir, lazy_views
+from .. import config
+from ..errors import UnsupportedError
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel, unwrap_kernel
 
 
@@ -32,7 +33,7 @@ def _cubin_path(cubin: bytes) -> str:
     """Where the runtime loads this cubin from: a file named by its hash in the private cache
     (cache_dir.h). An existing file is used only when it is ours and holds exactly these bytes;
     anything else there is replaced."""
-    from . import _C
+    from .. import _C
     d = _C.cache_subdir("cubins")
     path = os.path.join(d, hashlib.sha256(cubin).hexdigest()[:32] + ".cubin")
     held, _why = _C.read_private_file(path)

@@ -25,11 +25,11 @@ import torch
 import torch.fx as fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import hir
-from . import (_compat, aliasing, builtin_lower, builtin_rotary, constant_fold, cse, data_values, float_symbols,
-               lazy_views, output_trees)
-from .errors import UnsupportedError
-from .guard_fields import field as guard_field
+from . import (builtin_lower, builtin_rotary, constant_fold, cse, data_values, float_symbols, hir, lazy_views,
+               output_trees)
+from .. import _compat, aliasing
+from ..errors import UnsupportedError
+from ..guard_fields import field as guard_field
 from .guard_text import float_text as _float
 from .guard_text import guard_lines
 from .symbolic import Symbols
@@ -66,7 +66,7 @@ _DTYPE_CODES: dict[torch.dtype, int] = {}
 def dtype_code(dtype: torch.dtype) -> int:
     """c10::ScalarType of a torch.dtype, read from the native side (no hand-kept table)."""
     if dtype not in _DTYPE_CODES:
-        from . import _C
+        from .. import _C
         _DTYPE_CODES[dtype] = _C.describe_tensor(torch.empty(0, dtype=dtype))["dtype"]
     return _DTYPE_CODES[dtype]
 

@@ -40,7 +40,7 @@ ResultObject result_object_state_locked(const c10::TensorImpl& impl) {
 }
 
 ResultObject result_object_state(const c10::TensorImpl& impl) {
-  // Called from a run, which may have released the GIL (scm_object.cpp: run_spec).
+  // Called from a run, which may have released the GIL (scm_call.cpp: run_spec).
   if (!t_running_without_gil) return result_object_state_locked(impl);
   PyGILState_STATE gil = PyGILState_Ensure();
   ResultObject r = result_object_state_locked(impl);

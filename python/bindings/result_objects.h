@@ -6,7 +6,7 @@ namespace trident::bindings {
 // Installs result_object_state() as the pool's check (runtime::ReusePool::set_object_check).
 void install_result_object_check();
 
-// True while this thread runs a program that released the GIL (scm_object.cpp: run_spec); the
+// True while this thread runs a program that released the GIL (scm_call.cpp: run_spec); the
 // check then takes the GIL for itself, and otherwise relies on the caller's.
 inline thread_local bool t_running_without_gil = false;
 

@@ -1,4 +1,4 @@
-// trident._C.SCM: the native callable (see scm_object.cpp for the hot and cold paths).
+// trident._C.SCM: the native callable (its call: scm_call.cpp; its type and cold methods: scm_object.cpp).
 #pragma once
 
 #include <Python.h>

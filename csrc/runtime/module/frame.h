@@ -22,7 +22,7 @@ struct trd_frame {
   const at::Tensor* state = nullptr;        // captured module state (borrowed)
   int32_t nargs = 0;
   int32_t nstate = 0;
-  bool below_autograd = false;              // the run cannot record autograd history (scm_object.cpp)
+  bool below_autograd = false;              // the run cannot record autograd history (scm_call.cpp)
   bool keeps_buffers = true;                // no Python dispatch mode sees the run (buffer_reuse.h)
   std::string error;                        // set by a failing runtime call
   // The kind of c10 error it was, so the caller gets the Python type eager's op raises (c10's

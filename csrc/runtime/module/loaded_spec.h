@@ -67,7 +67,7 @@ class LoadedSpec {
   const std::vector<AtenSite>& aten_sites() const { return sites_; }
   const std::string& path() const { return path_; }
 
-  // How the bindings run the spec (python/bindings/scm_object.cpp: run_spec): whether its runs have
+  // How the bindings run the spec (python/bindings/scm_call.cpp: run_spec): whether its runs have
   // proved long enough to be worth letting other Python threads in for, and a count of runs that
   // decides which runs are timed. Read and written only by a thread holding the GIL.
   struct RunPolicy {

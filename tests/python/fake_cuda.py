@@ -46,6 +46,7 @@ def keep_ptx(monkeypatch) -> dict:
     ptx = {}
     compile_ = triton.compile
     monkeypatch.setattr(triton_specialize, "_COMPILED", {})
+    monkeypatch.setattr(triton_specialize, "_SPECIALIZED", {})
 
     def keeping_ptx(src, target=None, options=None):
         ck = compile_(src, target=target, options=options)

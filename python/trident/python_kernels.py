@@ -20,6 +20,7 @@ Python on every call, as eager does.
 from __future__ import annotations
 
 import operator
+import os
 import re
 
 import torch
@@ -32,16 +33,23 @@ _ROUNDS = 4  # a Python kernel's own ATen calls may have Python kernels too; a c
 
 def python_kernel_site(op, device_type: str) -> str | None:
     """Where the Python kernel now registered for aten op `op` on `device_type`'s dispatch key was
-    registered ("file:line"), or None when the kernel there is not a Python one. Read from the
-    dispatcher's own table each time: a library can register and unregister at any moment."""
+    registered ("file:line"), or None when the kernel there is not a Python one."""
     key = _DEVICE_KEYS.get(device_type)
     if key is None or not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
         return None
-    if not _any_registered(key):
+    return _site(op.name(), key)
+
+
+def _site(qualname: str, key: str) -> str | None:
+    """The dispatcher's own table (a library can register and unregister at any moment): the
+    kernel `qualname` has for `key`, when it is one of torch.library's Python kernels (boxed only,
+    no C++ signature, registered from a Python file)."""
+    try:
+        dump = torch._C._dispatch_dump(qualname)
+    except RuntimeError:
         return None
-    for line in torch._C._dispatch_dump(op.name()).splitlines():
+    for line in dump.splitlines():
         if line.startswith(f"{key}: registered at "):
-            # torch.library's Python kernels are boxed-only and carry no C++ signature
             m = re.match(rf"{key}: registered at (.+):(\d+) :: \(none\) \[ boxed \]$", line)
             if m is None or m.group(1).endswith((".cpp", ".cc", ".cu", ".h")):
                 return None
@@ -49,17 +57,33 @@ def python_kernel_site(op, device_type: str) -> str | None:
     return None
 
 
-def _any_registered(key: str) -> bool:
-    """Whether torch.library holds any Python kernel for an aten op on `key` (its record of the
-    registrations it made, "ns/op/key"): the usual answer is no, and then no op needs looking up."""
-    impls = getattr(torch.library, "_impls", None)
-    return impls is None or any(k.startswith("aten/") and k.endswith("/" + key) for k in impls)
+def _table(key: str) -> dict[str, str]:
+    """{"aten::op.overload": "file:line"} of the aten ops whose kernel for `key` is Python now, from
+    torch.library's record of the registrations it made ("ns/op/key"), each confirmed in the
+    dispatcher's table (the record keeps entries a later C++ registration overrode)."""
+    names = {k.split("/")[1] for k in getattr(torch.library, "_impls", ()) if k.startswith("aten/")
+             and k.endswith("/" + key)}
+    found = {}
+    for name in names:
+        base, _, overload = name.partition(".")
+        qualname = f"aten::{base}" + (f".{overload}" if overload and overload != "default" else "")
+        site = _site(qualname, key)
+        if site is not None:
+            found[qualname] = site
+    return found
+
+
+def _from_torch(site: str) -> bool:
+    """Whether a Python kernel is torch's own (torch 2.13 registers a few at import)."""
+    return site.startswith(os.path.dirname(torch.__file__) + os.sep)
 
 
 def registrations() -> list[str]:
-    """The aten ops with Python kernels now, as torch.library records them ("aten/op/KEY"): what a
-    saved specialization is keyed on, since a capture inlines them (artifacts.py)."""
-    return sorted(k for k in getattr(torch.library, "_impls", ()) if k.startswith("aten/"))
+    """The aten ops a library (not torch itself) gave Python kernels for the CPU or CUDA, as
+    "aten::op/KEY": what a saved specialization is keyed on, since a capture inlines them
+    (artifacts.py)."""
+    return sorted(f"{op}/{key}" for key in _DEVICE_KEYS.values()
+                  for op, site in _table(key).items() if not _from_torch(site))
 
 
 def _is_functional(op) -> bool:
@@ -79,6 +103,20 @@ def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
     """Replace each node of `gm` whose op has a Python kernel for its device by what that kernel
     records (a composite op whose decomposition reaches one by that decomposition first). Returns (inlined, kept): "aten::op (file:line) xN" for each op inlined, and
     ("aten::op (file:line)", why) for each left a call."""
+    tables = {device: _table(key) for device, key in _DEVICE_KEYS.items()}
+    if not any(tables.values()):
+        return [], []  # the usual case: nothing to look up
+    # Composite ops are decomposed only where a library registered Python kernels for the device
+    # (torch's own few are inlined where they appear, but do not make every capture trace every
+    # composite op's decomposition).
+    libraries = {device for device, t in tables.items() if any(not _from_torch(s) for s in t.values())}
+
+    def site_of(node: fx.Node, device: str) -> str | None:
+        op = node.target
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            return None
+        return tables.get(device, {}).get(op.name())
+
     inlined: dict[str, int] = {}
     kept: dict[str, str] = {}
     changed = False
@@ -89,14 +127,14 @@ def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
             if node.op != "call_function":
                 continue
             device = _device_type(node) or ""
-            site = python_kernel_site(node.target, device)
+            site = site_of(node, device)
             if site is None:
                 # A composite op (softmax.int, layer_norm) runs ATen's decomposition, whose ops may
                 # have Python kernels (_softmax, native_layer_norm): decomposed, they are inlined
-                # in the next round. Looked at only where this device has Python kernels at all.
-                if node.target in plain:
+                # in the next round.
+                if device not in libraries or node.target in plain:
                     continue
-                sub = _decomposition_reaching_python(node, device)
+                sub = _decomposition_reaching_python(node, device, lambda n: site_of(n, device))
                 if sub is None:
                     plain.add(node.target)
                 else:
@@ -123,7 +161,7 @@ def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
             inlined[what] = inlined.get(what, 0) + 1
     else:
         for node in gm.graph.nodes:
-            site = python_kernel_site(node.target, _device_type(node) or "") if node.op == "call_function" else None
+            site = site_of(node, _device_type(node) or "") if node.op == "call_function" else None
             if site is not None:
                 kept.setdefault(f"{node.target.name()} ({site})",
                                 f"its Python calls itself more than {_ROUNDS} levels deep")
@@ -134,13 +172,11 @@ def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
     return [f"{k} x{n}" for k, n in inlined.items()], list(kept.items())
 
 
-def _decomposition_reaching_python(node: fx.Node, device: str) -> fx.GraphModule | None:
+def _decomposition_reaching_python(node: fx.Node, device: str, site_of) -> fx.GraphModule | None:
     """ATen's decomposition of the node's composite op, recorded, when one of the ops it makes has a
-    Python kernel for `device`; else None."""
+    Python kernel for `device` (site_of(node) not None); else None."""
     op = node.target
-    key = _DEVICE_KEYS.get(device)
-    if key is None or not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" \
-            or not _any_registered(key) or not _is_functional(op) \
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" or not _is_functional(op) \
             or not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
         return None
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -148,8 +184,7 @@ def _decomposition_reaching_python(node: fx.Node, device: str) -> fx.GraphModule
         sub = make_fx(_calling(node, op.decompose), tracing_mode="symbolic")(*_input_values(node))
     except Exception:  # noqa: BLE001  (the op stays as it was: a call, as before)
         return None
-    reaches = any(n.op == "call_function" and python_kernel_site(n.target, device) is not None
-                  for n in sub.graph.nodes)
+    reaches = any(n.op == "call_function" and site_of(n) is not None for n in sub.graph.nodes)
     return sub if reaches else None
 
 

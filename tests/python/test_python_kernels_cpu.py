@@ -54,6 +54,15 @@ def test_the_op_is_recognised_only_while_its_python_kernel_is_registered():
     assert python_kernel_site(op) is None
 
 
+def test_saved_specializations_are_keyed_on_a_librarys_python_kernels_not_torchs_own():
+    assert "aten::hypot/CPU" not in python_kernels.registrations()
+    with python_kernel_for("hypot", py_hypot):
+        assert "aten::hypot/CPU" in python_kernels.registrations()
+    # torch registers a few Python kernels itself at import (2.13: _foreach_mm for CUDA); they are
+    # the same in every process and do not enter the key
+    assert all("_foreach" not in r for r in python_kernels.registrations())
+
+
 def python_kernel_site(op):
     return python_kernels.python_kernel_site(op, "cpu")
 

@@ -121,6 +121,9 @@ class GraphFunction(CompiledFunction):
         super().__init__(gm, options)  # self.fn: the graph as AOTAutograd made it, for eager calls
         self.lowered_gm, self.mutated = _input_mutations_as_outputs(gm)  # once, for every later miss
         self.name = name
+        # ATen ops a library serves with Python kernels (flag_gems.enable()): inlined, as a capture
+        # of trident.compile inlines them (python_kernels.py)
+        self._inline_python_kernels(SimpleNamespace(graph_module=self.lowered_gm))
         self.signature = None
         self.module = None
 

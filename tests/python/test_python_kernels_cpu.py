@@ -141,3 +141,17 @@ def test_a_composite_op_whose_decomposition_reaches_a_python_kernel_is_decompose
             torch.testing.assert_close(fast(x), want)
         assert CALLS == [] and trident.counters(fast)["hits"] == 2
         assert "aten::_softmax" in trident.explain(fast)
+
+
+def test_the_backend_inlines_python_kernels_too():
+    with python_kernel_for("hypot", py_hypot):
+        torch._dynamo.reset()
+        opt = torch.compile(f, backend="trident")
+        x, y = torch.randn(3, 8), torch.randn(3, 8)
+        want = f(x, y)
+        torch.testing.assert_close(opt(x, y), want, rtol=0, atol=0)
+        CALLS.clear()
+        for _ in range(2):
+            torch.testing.assert_close(opt(x, y), want, rtol=0, atol=0)
+        assert CALLS == []
+    torch._dynamo.reset()

@@ -7,13 +7,20 @@
 #include "guards/decision.h"
 #include "ir/text.h"
 
+namespace {
+
+// The decision program of one spec with one guard expression.
+trident::guards::EmittedSelect select_for(const char* structure, const char* guard) {
+  const auto m = trident::ir::parse_module(std::string("spec 0 structure \"") + structure + "\" {\n  guard expr \"" +
+                                           guard + "\"\n  return none\n}\n");
+  return trident::guards::emit_select(m.specs);
+}
+
+}  // namespace
+
 TEST(state_extents_become_sorted_tables_and_stay_out_of_the_code) {
   // class 3 written state at 5000 (8 bytes), class 4 read state at 1000 (64) and 1032 (8)
-  const auto m = trident::ir::parse_module(
-      "spec 0 structure \"T\" {\n"
-      "  guard expr \"no_overlap(0, L0.data_ptr, 16, 4, 1032, 8, 3, 5000, 8, 4, 1000, 64)\"\n"
-      "  return none\n}\n");
-  const auto select = trident::guards::emit_select(m.specs);
+  const auto select = select_for("T", "no_overlap(0, L0.data_ptr, 16, 4, 1032, 8, 3, 5000, 8, 4, 1000, 64)");
   CHECK(select.tables.tables.size() == 2);
   const std::vector<int64_t> all = {1000, 1064, 1032, 1064, 5000, 5008};  // [start, running end]
   const std::vector<int64_t> written = {5000, 5008};
@@ -24,11 +31,7 @@ TEST(state_extents_become_sorted_tables_and_stay_out_of_the_code) {
 }
 
 TEST(guards_over_arguments_only_need_no_table) {
-  const auto m = trident::ir::parse_module(
-      "spec 0 structure \"TT\" {\n"
-      "  guard expr \"no_overlap(0, L0.data_ptr, 16, 1, L1.data_ptr, 16)\"\n"
-      "  return none\n}\n");
-  const auto select = trident::guards::emit_select(m.specs);
+  const auto select = select_for("TT", "no_overlap(0, L0.data_ptr, 16, 1, L1.data_ptr, 16)");
   CHECK(select.tables.tables.empty());
   CHECK(select.source.find("trd_no_overlap(") != std::string::npos);
 }

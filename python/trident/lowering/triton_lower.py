@@ -220,7 +220,7 @@ class TritonCall:
         for g in ck.guards:
             if g.name in data_dependent:
                 # checked where the value is computed, in the body: a guard runs before it exists
-                assert g.check == "range_i32", g  # the one assumption an unspecialized int carries
+                assert g.check == "range_i32", f"trident bug: an unspecialized int assumed {g}"
                 e = symbolic[g.name].node.expr
                 ok = lw.syms.emit(sympy.And(e >= -2**31, e < 2**31), lw.lines, lw.new_sym)
                 lw.lines.append(hir.check(ok, f"Triton kernel {self.name}: argument '{g.name}' is outside "

@@ -28,7 +28,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 _DEVICE_KEYS = {"cuda": "CUDA", "cpu": "CPU"}
-_ROUNDS = 4  # a Python kernel's own ATen calls may have Python kernels too; a cycle stops here
+_DEPTH = 4  # a Python kernel's own ATen calls may have Python kernels too; a cycle stops here
 
 
 def python_kernel_site(op, device_type: str) -> str | None:
@@ -99,10 +99,19 @@ def _device_type(node: fx.Node) -> str | None:
     return None
 
 
+class _StaysACall(Exception):
+    """A node that cannot be replaced by native ops: (what, why)."""
+
+
 def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
     """Replace each node of `gm` whose op has a Python kernel for its device by what that kernel
-    records (a composite op whose decomposition reaches one by that decomposition first). Returns (inlined, kept): "aten::op (file:line) xN" for each op inlined, and
-    ("aten::op (file:line)", why) for each left a call."""
+    records (a composite op whose decomposition reaches one by that decomposition first), with the
+    same done to the recording's own ops. A node is replaced only when all of it becomes native:
+    where some op inside stays Python (a kernel that calls another op in a loop), replacing the
+    outer op would run that inner Python once per iteration on every hit, slower than the one
+    Python call eager makes, so the outer op stays one call instead. Returns (inlined, kept):
+    "aten::op (file:line) xN" for each op inlined, and ("aten::op (file:line)", why) for each left
+    a call."""
     tables = {device: _table(key) for device, key in _DEVICE_KEYS.items()}
     if not any(tables.values()):
         return [], []  # the usual case: nothing to look up
@@ -110,62 +119,69 @@ def inline(gm: fx.GraphModule) -> tuple[list[str], list[tuple[str, str]]]:
     # (torch's own few are inlined where they appear, but do not make every capture trace every
     # composite op's decomposition).
     libraries = {device for device, t in tables.items() if any(not _from_torch(s) for s in t.values())}
+    plain: set = set()  # ops whose decomposition reaches no Python kernel (or that have none)
 
-    def site_of(node: fx.Node, device: str) -> str | None:
+    def site_of(node: fx.Node) -> str | None:
         op = node.target
-        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             return None
-        return tables.get(device, {}).get(op.name())
+        return tables.get(_device_type(node) or "", {}).get(op.name())
+
+    def expansion(node: fx.Node, depth: int, counts: dict[str, int]) -> fx.GraphModule | None:
+        """What replaces `node`, all native (None: it has no Python kernel and its decomposition
+        reaches none); raises _StaysACall when some part of it cannot be native."""
+        site = site_of(node)
+        if site is None:
+            device = _device_type(node) or ""
+            if node.op != "call_function" or device not in libraries or node.target in plain:
+                return None
+            sub = _decomposition_reaching_python(node, device, site_of)
+            if sub is None:
+                plain.add(node.target)
+                return None
+        else:
+            what = f"{node.target.name()} ({site})"
+            if depth > _DEPTH:
+                raise _StaysACall(what, f"its Python calls itself more than {_DEPTH} levels deep")
+            if not _is_functional(node.target):
+                raise _StaysACall(what, "it writes an argument or returns a view of one")
+            try:
+                sub = _record(node)
+            except Exception as e:  # noqa: BLE001  (the node stays a call; explain says why)
+                raise _StaysACall(what, f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}")
+            counts[what] = counts.get(what, 0) + 1
+        for inner in list(sub.graph.nodes):
+            try:
+                part = expansion(inner, depth + 1, counts)
+                if part is not None:
+                    _splice(sub, inner, part)
+            except (_StaysACall, RuntimeError) as e:
+                if not isinstance(e, _StaysACall):
+                    e = _StaysACall(f"{inner.target.name()} ({site_of(inner)})", str(e))
+                if site is None:
+                    raise e
+                raise _StaysACall(what, f"its kernel calls {e.args[0]}, which stays a call: {e.args[1]}")
+        return sub
 
     inlined: dict[str, int] = {}
     kept: dict[str, str] = {}
     changed = False
-    plain: set = set()  # ops whose decomposition reaches no Python kernel (or that have none)
-    for _ in range(_ROUNDS):
-        todo, composites = [], []
-        for node in gm.graph.nodes:
-            if node.op != "call_function":
-                continue
-            device = _device_type(node) or ""
-            site = site_of(node, device)
-            if site is None:
-                # A composite op (softmax.int, layer_norm) runs ATen's decomposition, whose ops may
-                # have Python kernels (_softmax, native_layer_norm): decomposed, they are inlined
-                # in the next round.
-                if device not in libraries or node.target in plain:
-                    continue
-                sub = _decomposition_reaching_python(node, device, lambda n: site_of(n, device))
-                if sub is None:
-                    plain.add(node.target)
-                else:
-                    composites.append((node, sub))
-                continue
-            what = f"{node.target.name()} ({site})"
-            if what in kept:
-                continue
-            if not _is_functional(node.target):
-                kept[what] = "it writes an argument or returns a view of one"
-                continue
-            todo.append((node, what))
-        if not todo and not composites:
-            break
-        for node, sub in composites:
-            _splice(gm, node, sub)
-            changed = True
-        for node, what in todo:
-            try:
-                _splice(gm, node, _record(node))
-            except Exception as e:  # the node stays a call; explain says why
-                kept[what] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
-                continue
-            inlined[what] = inlined.get(what, 0) + 1
-    else:
-        for node in gm.graph.nodes:
-            site = site_of(node, _device_type(node) or "") if node.op == "call_function" else None
-            if site is not None:
-                kept.setdefault(f"{node.target.name()} ({site})",
-                                f"its Python calls itself more than {_ROUNDS} levels deep")
-    if inlined or changed:
+    for node in list(gm.graph.nodes):
+        counts: dict[str, int] = {}
+        try:
+            sub = expansion(node, 0, counts)
+            if sub is not None:
+                _splice(gm, node, sub)
+        except _StaysACall as e:
+            kept.setdefault(e.args[0], e.args[1])
+            continue
+        except Exception as e:  # noqa: BLE001  (splicing refused: the node stays a call)
+            kept.setdefault(f"{node.target.name()} ({site_of(node)})", f"{type(e).__name__}: {str(e)[:200]}")
+            continue
+        changed |= sub is not None
+        for what, n in counts.items():
+            inlined[what] = inlined.get(what, 0) + n
+    if changed:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()

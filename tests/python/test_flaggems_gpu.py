@@ -80,7 +80,7 @@ _HOST_TMA = pytest.mark.xfail(strict=True, reason="host-side TMA descriptors are
 
 
 @pytest.mark.parametrize("name", ["add", "silu", "rms_norm", "embedding", "sum", "where", "index_select",
-                                  "topk", "softmax", "layer_norm", "argmax", pytest.param("mm", marks=_HOST_TMA)])
+                                  "topk", "softmax", "layer_norm", "argmax", "addmm", pytest.param("mm", marks=_HOST_TMA)])
 def test_ops_flag_gems_enables_run_its_kernels_natively(name):
     """Code written for PyTorch (`x + y`, `torch.mm`), with FlagGems enabled the way its users
     enable it: the ATen ops' Python kernels FlagGems registered are inlined at capture, so a hit

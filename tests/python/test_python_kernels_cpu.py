@@ -116,6 +116,50 @@ def test_a_python_kernel_that_cannot_be_inlined_stays_a_call_and_says_so(caplog)
     assert "ATen ops that run their Python kernel on every call: aten::hypot" in trident.explain(fast)
 
 
+ATAN2_CALLS = []
+
+
+def py_atan2(a, b):
+    ATAN2_CALLS.append(a.shape)
+    return a * 2 - b
+
+
+def py_atan2_making_a_constant(a, b):
+    ATAN2_CALLS.append(a.shape)
+    return a * 2 - b + torch.tensor(0.0)  # a tensor constant: cannot be inlined
+
+
+def py_hypot_calling_atan2_in_a_loop(a, b):
+    CALLS.append(a.shape)
+    out = a
+    for _ in range(3):
+        out = torch.atan2(out, b)
+    return out
+
+
+@pytest.mark.parametrize("inner", [py_atan2, py_atan2_making_a_constant])
+def test_a_python_kernel_is_inlined_only_when_all_of_it_becomes_native(inner):
+    """A Python kernel whose own ATen calls have Python kernels: inlined through them when they
+    can be inlined too; when one cannot, inlining the outer one would run the inner Python three
+    times per hit, so the outer op stays one call, eager's cost, and explain says why."""
+    with python_kernel_for("hypot", py_hypot_calling_atan2_in_a_loop), python_kernel_for("atan2", inner):
+        fast = trident.compile(f)
+        x, y = torch.randn(3, 8), torch.randn(3, 8)
+        want = f(x.clone(), y)
+        torch.testing.assert_close(fast(x.clone(), y), want, rtol=0, atol=0)
+        CALLS.clear(), ATAN2_CALLS.clear()
+        torch.testing.assert_close(fast(x.clone(), y), want, rtol=0, atol=0)
+        text = trident.explain(fast)
+        if inner is py_atan2:
+            assert (CALLS, ATAN2_CALLS) == ([], []), (CALLS, ATAN2_CALLS)
+            assert "aten::hypot" in text and "aten::atan2" in text and "x3" in text, text
+        else:
+            assert (len(CALLS), len(ATAN2_CALLS)) == (1, 3)  # what eager makes
+            assert "ATen ops that run their Python kernel on every call: aten::hypot" in text, text
+            assert "its kernel calls aten::atan2" in text and "tensor constants" in text, text
+        assert trident.counters(fast)["hits"] == 1
+
+
 def py_softmax(x, dim, half_to_float):
     CALLS.append(x.shape)
     e = torch.exp(x - x.amax(dim, keepdim=True))

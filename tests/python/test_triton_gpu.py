@@ -172,6 +172,27 @@ def test_tutorial_vector_add():
     _check(vector_add, lambda: (randn(5000), randn(5000)), ref=torch.add)
 
 
+def add_into_a_view(x, y):
+    out = torch.empty(x.numel(), 1, device=x.device)
+    add_kernel[_grid1(x.numel(), 256)](x, y, out.squeeze(1), x.numel(), BLOCK_SIZE=256)
+    return out.squeeze(1) * 2
+
+
+def add_into_a_strided_view(x, y):
+    # the kernel ignores the view's stride (as many do): eager writes the first n elements of
+    # `out`'s memory, so must trident, in place (a contiguous clone copied back would not)
+    out = torch.zeros(x.numel(), 2, device=x.device)
+    before = out.sum()
+    add_kernel[_grid1(x.numel(), 256)](x, y, out[:, 0], x.numel(), BLOCK_SIZE=256)
+    return out * 2, before
+
+
+@pytest.mark.parametrize("fn", [add_into_a_view, add_into_a_strided_view])
+def test_a_kernel_writing_a_view_of_a_fresh_allocation(fn):
+    require_cuda()
+    _check(fn, lambda: (randn(1000), randn(1000)), tol=dict(atol=0, rtol=0))
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. Tutorial fused softmax (one row per program)
 # ---------------------------------------------------------------------------------------------

@@ -39,6 +39,26 @@ def _root(n: fx.Node) -> fx.Node:
     return n
 
 
+def root_of(n: fx.Node) -> fx.Node:
+    """The tensor whose memory `n` is a view of (through view ops), or `n` itself."""
+    return _root(n)
+
+
+def readers(root: fx.Node) -> list[fx.Node]:
+    """Every node that reads `root`'s memory: its users and, transitively, its views' users."""
+    out, todo, seen = [], [root], {root}
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u in seen:
+                continue
+            seen.add(u)
+            out.append(u)
+            if _is_view(u):
+                todo.append(u)
+    return out
+
+
 def plan(ep) -> set[fx.Node]:
     """The scatter nodes of `ep` that may be executed in place."""
     sig = ep.graph_signature
@@ -53,20 +73,6 @@ def plan(ep) -> set[fx.Node]:
             for i in sig.input_specs:
                 if i.kind == InputKind.BUFFER and i.target == s.target:
                     writable.add(by_name[i.arg.name])
-
-    # Everything that reads a root's memory: the root and its views, transitively.
-    def readers(root: fx.Node) -> list[fx.Node]:
-        out, todo, seen = [], [root], {root}
-        while todo:
-            n = todo.pop()
-            for u in n.users:
-                if u in seen:
-                    continue
-                seen.add(u)
-                out.append(u)
-                if _is_view(u):
-                    todo.append(u)
-        return out
 
     chosen: set[fx.Node] = set()
     for s in nodes:

@@ -11,6 +11,7 @@ other use, so a kernel that writes its input in place (a KV cache) writes it in 
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import threading
 
@@ -18,7 +19,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from . import float_symbols, hir, lazy_views
+from . import float_symbols, hir, lazy_views, reinplace
 from .. import config
 from ..errors import UnsupportedError
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel, unwrap_kernel
@@ -67,6 +68,28 @@ def _sym(v):
     return v if isinstance(v, torch.SymInt) else None
 
 
+
+
+def _fresh_view_read_no_more(src: fx.Node, launch: fx.Node, name: str) -> bool:
+    """Whether `src` is a view of memory this program allocated (an op result that aliases nothing)
+    whose old contents nothing reads after `launch`: then writing it in place is what eager did,
+    and the functional clone is a copy nobody sees. Libraries allocate an output and launch into a
+    view of it (FlagGems' argmax squeezes its `empty`); the clone would be a copy kernel per call
+    (and a call of a Python `copy_` where a library registered one). A later scatter of the
+    kernel's result back into the same memory (how functionalization updates the base) reads it
+    only as its destination, which then already holds that result."""
+    root = reinplace.root_of(src)
+    if root is src or root.op != "call_function" or _is_view(root):
+        return False
+    after, n = set(), launch.next
+    while n.op != "root":
+        after.add(n)
+        n = n.next
+
+    def writes_back(r: fx.Node) -> bool:
+        written = r.args[1] if r.op == "call_function" and r.target in reinplace.SCATTERS and len(r.args) > 1 else None
+        return isinstance(written, fx.Node) and written.target is operator.getitem and written.args == (launch, name)
+    return not any(r in after and not writes_back(r) for r in reinplace.readers(root))
 
 
 def _is_view(n: fx.Node) -> bool:
@@ -122,8 +145,12 @@ class TritonCall:
                           [self.lw.hint(x) for x in fake.shape], [self.lw.hint(x) for x in fake.stride()])
         shape = [self.lw.hint(x) for x in fake.shape]
         stride = [self.lw.hint(x) for x in fake.stride()]
-        t = torch.empty_strided(shape, stride, dtype=fake.dtype, device=fake.device)
-        return t.normal_() if fake.dtype.is_floating_point else t.zero_()
+        # filled as a dense buffer, then viewed: a broadcast (stride 0) operand overlaps itself,
+        # which an in-place fill may refuse (FlagGems' `normal_` does, under flag_gems.enable())
+        extent = 0 if 0 in shape else 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+        buf = torch.empty(extent, dtype=fake.dtype, device=fake.device)
+        buf = buf.normal_() if fake.dtype.is_floating_point else buf.zero_()
+        return buf.as_strided(shape, stride)
 
     def _aligned(self, a: fx.Node) -> bool:
         fake = a.meta["val"]
@@ -264,7 +291,7 @@ class TritonCall:
         out = {}
         for name in to_clone:
             src = kwargs[name]
-            if len(src.users) == 1 and not _is_view(src):
+            if (len(src.users) == 1 and not _is_view(src)) or _fresh_view_read_no_more(src, self.node, name):
                 out[name] = self.lw.operand(self.node, src)
             else:
                 v = self.lw.value()

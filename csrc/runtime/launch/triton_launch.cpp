@@ -115,10 +115,32 @@ KernelInfo::KernelInfo(ir::Kernel decl) : decl_(std::move(decl)) {
   cubin_ = read_file(decl_.cubin);
 }
 
+namespace {
+// Functions loaded in this process, by device and kernel name, each with the cubin it came from. A
+// specialization re-lowered from a captured program declares the kernels of the ones before it:
+// each would otherwise load its cubin again (a cuModuleLoadData, about a millisecond, per kernel
+// per specialization). Matched on the cubin's bytes, not only its name.
+struct LoadedCubin {
+  std::string cubin;
+  CUfunction fn;
+};
+std::mutex loaded_mu;
+std::unordered_map<std::string, std::vector<LoadedCubin>> loaded_cubins;
+
+std::string loaded_key(int device, const std::string& name) { return std::to_string(device) + ":" + name; }
+}  // namespace
+
 void* KernelInfo::load(int device) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = functions_.find(device);
   if (it != functions_.end()) return it->second;
+  std::lock_guard<std::mutex> loaded_lock(loaded_mu);
+  for (const LoadedCubin& l : loaded_cubins[loaded_key(device, decl_.name)])
+    if (l.cubin == cubin_) {
+      functions_[device] = reinterpret_cast<void*>(l.fn);
+      if (device >= 0 && device < kMaxDevices) loaded_[device].store(l.fn, std::memory_order_release);
+      return l.fn;
+    }
   const auto& d = cuda::driver();
   const std::string what = "kernel " + decl_.name;
   ContextScope scope(device);
@@ -146,6 +168,7 @@ void* KernelInfo::load(int device) const {
                 what + ": cuFuncSetAttribute");
   functions_[device] = reinterpret_cast<void*>(fn);
   if (device >= 0 && device < kMaxDevices) loaded_[device].store(fn, std::memory_order_release);
+  loaded_cubins[loaded_key(device, decl_.name)].push_back({cubin_, fn});
   return fn;
 }
 

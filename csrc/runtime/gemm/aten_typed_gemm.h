@@ -16,9 +16,8 @@ void linear(const AtenSite& s, trd_frame& f, const int64_t* dyn);
 
 // Whether linear sites of modules loaded from now on multiply a contiguous N-D input without views
 // (AtenSite::linear_nd). Off unless TRIDENT_LINEAR_ND=1 or switched on here: on the HF Llama's step
-// its kernels take the same device time, but the wall time measured 11-18 µs longer, in the gaps
-// between launches, and its host saving (~40 µs in session 15) did not repeat in session 16
-// (benchmarks/NOTES.md). Returns the previous setting.
+// its kernels take the same device time but the wall time measured longer, in the gaps between
+// launches (benchmarks/NOTES.md has the runs). Returns the previous setting.
 bool set_linear_nd_for_new_modules(bool on);
 bool linear_nd_for_new_modules();
 

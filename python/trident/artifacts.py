@@ -226,14 +226,21 @@ def _object_entry(obj) -> dict:
     raise ArtifactRejected(f"the program names a {type(obj).__name__} object, which a file cannot hold")
 
 
-def _placeholders(text: str, state_extents: dict, objects: dict, cubins: dict, flattened: set) -> str:
-    """The IR with this process's values as placeholders: @cubin:<sha256>, @state:<k>, @obj:<j>."""
+_CUBINS_READ: dict[str, tuple[str, bytes]] = {}  # path -> (sha256, bytes): the cubin files are
+# named by their contents' hash (lowering/triton_lower.py), so a path read once is read for good
+
+
+def _placeholders(text: str, state_extents: dict, objects: dict, cubins: set, flattened: set) -> str:
+    """The IR with this process's values as placeholders: @cubin:<sha256>, @state:<k>, @obj:<j>.
+    Adds the digests of the cubins it names to `cubins`."""
     def cubin(m):
         path = m.group(1)
-        with open(path, "rb") as f:
-            data = f.read()
-        digest = hashlib.sha256(data).hexdigest()
-        cubins[digest] = data
+        if path not in _CUBINS_READ:
+            with open(path, "rb") as f:
+                data = f.read()
+            _CUBINS_READ[path] = (hashlib.sha256(data).hexdigest(), data)
+        digest = _CUBINS_READ[path][0]
+        cubins.add(digest)
         return f'"@cubin:{digest}"'
 
     def number(n: int, as_class: bool) -> int:
@@ -274,9 +281,10 @@ def build(ctl) -> bytes:
         e = _extent(ref.tensor) if isinstance(ref.tensor, torch.Tensor) else None
         if e is not None:
             extents[(str(e[1]), str(e[2] - e[1]))] = k
-    objects: dict = {}
-    cubins: dict = {}
-    flattened: set = set()
+    # Each installed spec is rewritten once, not at every save (a module of N specializations would
+    # otherwise redo all N at each miss): the object numbering is kept with the texts it numbered.
+    memo = ctl.__dict__.setdefault("_artifact_memo", {"objects": {}, "flattened": set(), "texts": {}})
+    objects, flattened = memo["objects"], memo["flattened"]
     blobs: list[bytes] = []
     state = []
     for ref in ctl.state:
@@ -290,11 +298,24 @@ def build(ctl) -> bytes:
                 raise ArtifactRejected(f"constant {ref.target} is not contiguous")
             blobs.append(data)
         state.append(entry)
-    specs = [dict(s, text=_placeholders(s["text"], extents, objects, cubins, flattened)) for s in ctl.installed]
+    extents_key = tuple(sorted(extents.items()))
+    specs, cubins = [], {}
+    for s in ctl.installed:
+        done = memo["texts"].get(s["text"])
+        if done is None or done[0] != extents_key:
+            named: set = set()
+            done = memo["texts"][s["text"]] = (extents_key, _placeholders(s["text"], extents, objects, named,
+                                                                          flattened), named)
+        specs.append(dict(s, text=done[1]))
+        cubins.update(dict.fromkeys(done[2]))
+    if len(memo["texts"]) > len(ctl.installed):  # evicted specs' texts
+        live = {s["text"] for s in ctl.installed}
+        memo["texts"] = {t: v for t, v in memo["texts"].items() if t in live}
+    data_of = {digest: data for digest, data in _CUBINS_READ.values()}
     cubin_index = {}
-    for digest, data in cubins.items():
+    for digest in cubins:
         cubin_index[digest] = len(blobs)
-        blobs.append(data)
+        blobs.append(data_of[digest])
     header = {"versions": _versions(), "name": ctl.name, "pid": os.getpid(), "code": code_fingerprint(ctl.fn),
               "options": _options_key(ctl.options), "state_signature": state_signature(ctl.state),
               "state": state, "specs": specs, "cubins": cubin_index,

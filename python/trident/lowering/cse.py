@@ -58,15 +58,26 @@ def _pure(target) -> bool:
     return schema.name.split("::")[-1] not in _UNINITIALIZED
 
 
+class _Unkeyable(Exception):
+    pass
+
+
+def _frozen(a):
+    """`a` (an argument tree) as a hashable value that keeps its structure: f(a, [b]) and
+    f([a, b]) differ. Symbolic values and tensors have no key (raises _Unkeyable)."""
+    if isinstance(a, fx.Node):
+        return ("node", a)
+    if isinstance(a, (tuple, list)):
+        return (type(a).__name__, tuple(_frozen(x) for x in a))
+    if isinstance(a, dict):
+        return ("dict", tuple((k, _frozen(v)) for k, v in a.items()))
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Tensor)):
+        raise _Unkeyable
+    return (type(a).__name__, repr(a))
+
+
 def _key(node: fx.Node) -> tuple | None:
-    parts = []
-    for leaf in torch.utils._pytree.tree_leaves((node.args, node.kwargs)):
-        if isinstance(leaf, fx.Node):
-            parts.append(("node", leaf))
-        elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Tensor)):
-            return None
-        else:
-            parts.append((type(leaf).__name__, repr(leaf)))
-    # the tree's shape too: f(a, [b]) and f([a, b]) have the same leaves
-    spec = torch.utils._pytree.tree_structure((node.args, node.kwargs))
-    return (node.target, str(spec), tuple(parts))
+    try:
+        return (node.target, _frozen(node.args), _frozen(node.kwargs))
+    except _Unkeyable:
+        return None

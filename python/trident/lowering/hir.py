@@ -6,7 +6,10 @@ output_trees.py), values are the names the lowering gave out (`%N`, `$N`, `$fN`)
 tests/python/test_lowering_golden.py holds what they write for a set of functions."""
 from __future__ import annotations
 
+import re
 from typing import Sequence
+
+_AS_ITSELF = re.compile(r"[\x20\x21\x23-\x3e\x40-\x5b\x5d-\x7e]*")  # what quote() keeps as it is
 
 
 def quote(s: str) -> str:
@@ -14,6 +17,8 @@ def quote(s: str) -> str:
     other than '"', '\\' and '?' as itself, every other UTF-8 byte as a three-digit octal escape.
     No character of user text (an output key, a custom op's string argument) can end the literal,
     form a trigraph or split a line, in the IR or in the generated C, and every byte round-trips."""
+    if _AS_ITSELF.fullmatch(s):
+        return '"' + s + '"'  # the usual case (op names, cubin paths)
     out = []
     for b in s.encode("utf-8", "surrogatepass"):
         if b in (0x22, 0x5C):

@@ -148,6 +148,8 @@ class _Lowerer:
         self.kernel_notes: list[tuple] = []   # (name, chosen config kwargs, grid, cache key)
         self.extra_guards: list[str] = []
         self.bases: list[tuple] = []          # (fake, real tensor, leaf index or None) per input
+        self._base_by_storage: dict = {}      # _base_of's index of `bases`, by storage
+        self._bases_indexed = 0
         self.syms = Symbols()
         self.fakes: dict[int, object] = {}    # leaf -> traced value (FakeTensor, SymInt, int)
         self.next_sym = 0
@@ -177,11 +179,13 @@ class _Lowerer:
         return found[1] if found else None
 
     def _base_of(self, fake):
-        sid = fake.untyped_storage()._cdata
-        for f, real, leaf in self.bases:
-            if f.untyped_storage()._cdata == sid:
-                return f, real, leaf
-        return None
+        """The first input in `bases` that shares `fake`'s storage (by storage, indexed once per
+        growth of `bases`: the lowering asks for every kernel operand)."""
+        if self._bases_indexed != len(self.bases):
+            for f, real, leaf in self.bases[self._bases_indexed:]:
+                self._base_by_storage.setdefault(f.untyped_storage()._cdata, (f, real, leaf))
+            self._bases_indexed = len(self.bases)
+        return self._base_by_storage.get(fake.untyped_storage()._cdata)
 
     def alignment(self, fake) -> bool:
         """Whether a kernel may assume this tensor's data pointer is 16-byte aligned. Intermediates

@@ -404,10 +404,24 @@ def _outside_dynamo(method):
     off. A trident-compiled function called inside a torch.compile region (transformers' generate()
     wraps the model's __call__ in one) is a builtin to Dynamo, which runs it as is; on a miss its
     callback would otherwise be traced as user code, with the capture inside the trace. `__self__`
-    stays the controller (trident.controller)."""
-    wrapper = torch._dynamo.disable(method, recursive=True)
-    wrapper.__self__ = method.__self__
-    return wrapper
+    stays the controller (trident.controller).
+
+    Not torch._dynamo.disable: while any thread exports, its wrapper enters fx.traceback.annotate,
+    which edits one process-wide dict, and two threads inside it at once raise KeyError. This one
+    turns frame evaluation off for its thread (the setting is per thread) and its own frame is
+    skipped by Dynamo."""
+    from torch._C._dynamo.eval_frame import set_eval_frame
+    from torch._dynamo.decorators import skip
+
+    def run(*args, **kwargs):
+        prior = set_eval_frame(None)
+        try:
+            return method(*args, **kwargs)
+        finally:
+            set_eval_frame(prior)
+    skip(run)
+    run.__self__ = method.__self__
+    return run
 
 
 class CompiledFunction:

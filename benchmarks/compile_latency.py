@@ -1,6 +1,8 @@
 """Compile latency of trident on the decode step: time to first result, time to add a
 specialization that needs a new capture, and time to add one that re-lowers a captured program
-(a Triton `% 16` variant of the position) with its kernels already compiled.
+(a Triton `% 16` variant of the position) with its kernels already compiled. Then the cost of one
+added specialization as a module grows to 64 (a user Triton kernel scaled by an int compiled per
+value), split into capture, lowering, C compile and load, at the 1st, 16th and 64th.
 
     python3 benchmarks/compile_latency.py [--layers N] [--cpu] [--json PATH]
 
@@ -77,14 +79,47 @@ def main():
             c = trident.counters(fast)
             rows.append((run, "-", f"specializations {c['specializations']}, C compile "
                                    f"{c['compile_seconds']:.2f} s in all", None))
+    growth = added_specializations(trident, device, on_cpu)
     where = "sm_90 compile on CPU" if on_cpu else device
     print(f"compile latency, {opts.layers}-layer decoder ({where}), s")
     for run, pos, what, s in rows:
         print(f"  {run:5s} pos {pos!s:4s} {'' if s is None else f'{s:7.3f}'}  {what}")
+    print(f"adding a specialization to a module of N (a user Triton kernel, its int compiled per value; {where}), ms")
+    print(f"  {'N':>3s} {'total':>8s} {'capture':>8s} {'lowering':>8s} {'C compile':>9s} {'load':>6s}  "
+          "(C compile: both objects' compiler time; the two overlap)")
+    for r in growth:
+        if r["n"] in (1, 16, 64):
+            print(f"  {r['n']:3d} {r['total'] * 1e3:8.1f} {r['capture'] * 1e3:8.1f} {r['lowering'] * 1e3:8.1f} "
+                  f"{r['compile'] * 1e3:9.1f} {r['load'] * 1e3:6.1f}")
     if opts.json:
         Path(opts.json).write_text(json.dumps({
             "layers": opts.layers, "where": where,
-            "rows": [{"run": run, "pos": pos, "what": what, "seconds": s} for run, pos, what, s in rows]}, indent=1))
+            "rows": [{"run": run, "pos": pos, "what": what, "seconds": s} for run, pos, what, s in rows],
+            "added_specializations": growth}, indent=1))
+
+
+def added_specializations(trident, device, on_cpu, count=64):
+    """Per added specialization of a module that grows to `count`: each call's int is a new
+    specialization (dynamic=False); the kernel is compiled at the first and reused after."""
+    import kernels
+
+    def scaled(x, n: int):
+        return kernels.add_one(x) * n
+
+    fast = trident.compile(scaled, dynamic=False, max_specializations=count)
+    x = torch.randn(4096, device=device)
+    out = []
+    for n in range(1, count + 1):
+        before = dict(trident.counters(fast))
+        total = timed_call(lambda *a: fast(x, n), None, None, None, on_cpu)
+        c = trident.counters(fast)
+        delta = {k: c[k] - before.get(k, 0.0) for k in ("capture_seconds", "lowering_seconds",
+                                                        "compile_seconds", "load_seconds")}
+        assert c["specializations"] == n, c
+        out.append({"n": n, "total": total, "capture": delta["capture_seconds"],
+                    "lowering": delta["lowering_seconds"], "compile": delta["compile_seconds"],
+                    "load": delta["load_seconds"]})
+    return out
 
 
 if __name__ == "__main__":

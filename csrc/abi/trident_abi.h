@@ -112,7 +112,8 @@ typedef struct trd_spec {
 /* What the selector's object exports through trident_selector_v1(). */
 typedef struct trd_selector {
   uint32_t abi_version;
-  int32_t nspecs;
+  int32_t nspecs;                    /* 1 + the highest spec id its code names; ids in its pick
+                                        tables are data (at most the module's count) */
   int32_t ntables;                   /* guard tables it reads through trd_call.tables */
   /* Decision program: index of the specialization whose guards all hold, or -1 (miss).
    * Never explains; the runtime's cold path does that. */

@@ -114,6 +114,7 @@ class Emitter {
     // The switch value is widened to int64 so every case label compares exactly (an int32 field
     // switched with an int64 label would otherwise be truncated into a false match).
     std::string on = "switch ((int64_t)(" + field_expr(split) + ")) {";
+    if (unconstrained.empty() && picked_from_a_table(split, branches, depth)) return;
     if (unconstrained.empty()) {
       line(depth, on);
       for (auto& [v, members] : branches) {
@@ -140,9 +141,31 @@ class Emitter {
 
   std::string functions;  // helper functions, each defined before its first use
   GuardTables tables;     // data the guards read through c->tables
+  bool picks = false;     // the code calls trd_pick
+  int32_t ids_named = 0;  // 1 + the highest spec id the code names (ids in pick tables are data)
 
  private:
   int next_function_ = 0;
+
+  // A split whose every branch is one candidate with nothing left to check (one spec per int value,
+  // per size: what a module grows by) is a table of (value, spec) pairs the code looks up, not a
+  // case per spec: the code then stays the same as specs are added, and so does its object, which
+  // the disk cache then already holds (no compile per added spec).
+  bool picked_from_a_table(const Field& split, const std::map<int64_t, std::vector<Cand>>& branches, int depth) {
+    if (branches.size() < kMinPickTable) return false;
+    std::vector<int64_t> t{static_cast<int64_t>(branches.size())};
+    for (const auto& [v, members] : branches) {
+      if (members.size() != 1 || !members[0].guards.empty()) return false;
+      t.push_back(v);
+      t.push_back(members[0].id);
+    }
+    tables.tables.push_back(std::move(t));
+    picks = true;
+    line(depth, "return trd_pick((int64_t)(" + field_expr(split) + "), c->tables[" +
+                    std::to_string(tables.tables.size() - 1) + "], c->after);");
+    return true;
+  }
+  static constexpr size_t kMinPickTable = 4;
 
   std::string function_for(const std::vector<Cand>& cands) {
     std::string name = "trd_select_" + std::to_string(next_function_++);
@@ -177,6 +200,7 @@ class Emitter {
 
   void leaf_checks(const std::vector<Cand>& cands, int depth) {
     for (const auto& c : cands) {
+      ids_named = std::max(ids_named, c.id + 1);
       const std::string after = "c->after < " + std::to_string(c.id);
       if (c.guards.empty()) { line(depth, "if (" + after + ") return " + std::to_string(c.id) + ";"); continue; }
       std::string cond = after;
@@ -310,7 +334,20 @@ EmittedSelect emit_select(const std::vector<ir::Spec>& specs) {
   }
   e.line(1, "return -1;");
   e.line(0, "}");
-  return {e.functions + e.out, std::move(e.tables)};
+  // trd_pick: the spec of value v in a pick table [n, v0, id0, v1, id1, ...] (values ascending),
+  // when it is later than c->after; else -1.
+  const std::string pick =
+      e.picks ? "static int32_t trd_pick(int64_t v, const int64_t* t, int32_t after) {\n"
+                "  int64_t lo = 0, hi = t[0];\n"
+                "  while (lo < hi) {\n"
+                "    const int64_t mid = lo + (hi - lo) / 2;\n"
+                "    if (t[1 + 2 * mid] < v) lo = mid + 1; else hi = mid;\n"
+                "  }\n"
+                "  if (lo < t[0] && t[1 + 2 * lo] == v && after < t[2 + 2 * lo]) return (int32_t)t[2 + 2 * lo];\n"
+                "  return -1;\n"
+                "}\n"
+              : "";
+  return {pick + e.functions + e.out, std::move(e.tables), e.ids_named};
 }
 
 }  // namespace trident::guards

@@ -23,7 +23,9 @@ namespace trident::guards {
 // with a running maximum of their ends, one table per use. They are addresses of this process's
 // tensors, so they are not compiled in (the same guards make the same object in every process and
 // every module): the generated code reads table k as c->tables[k], and the runtime hands these
-// over with each call (trd_call.tables).
+// over with each call (trd_call.tables). Also pick tables, [n, value, spec, value, spec, ...] with
+// values ascending: a split on one field where each value leads to one spec with nothing more to
+// check, looked up instead of compiled as a case per spec.
 struct GuardTables {
   std::vector<std::vector<int64_t>> tables;  // [start, running end] pairs, flattened
 };
@@ -31,6 +33,7 @@ struct GuardTables {
 struct EmittedSelect {
   std::string source;  // `static int32_t trd_select(const trd_call* c)` and its helpers
   GuardTables tables;
+  int32_t ids_named = 0;  // 1 + the highest spec id the source names (the rest are in tables)
 };
 
 EmittedSelect emit_select(const std::vector<ir::Spec>& specs);

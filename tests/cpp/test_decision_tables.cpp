@@ -2,6 +2,7 @@
 // the selector, never literals of its code, sorted by start with a running maximum of their ends,
 // one table of all state and one of the written state per no_overlap guard.
 #include <string>
+#include <vector>
 
 #include "check.h"
 #include "guards/decision.h"
@@ -34,4 +35,37 @@ TEST(guards_over_arguments_only_need_no_table) {
   const auto select = select_for("TT", "no_overlap(0, L0.data_ptr, 16, 1, L1.data_ptr, 16)");
   CHECK(select.tables.tables.empty());
   CHECK(select.source.find("trd_no_overlap(") != std::string::npos);
+}
+
+namespace {
+
+// The decision program of one spec per value of an int argument.
+trident::guards::EmittedSelect select_per_value(const std::vector<int64_t>& values) {
+  std::string text;
+  for (size_t k = 0; k < values.size(); ++k)
+    text += "spec " + std::to_string(k) + " structure \"I\" {\n  guard L0.kind == 2\n  guard L0.ival == " +
+            std::to_string(values[k]) + "\n  return none\n}\n";
+  return trident::guards::emit_select(trident::ir::parse_module(text).specs);
+}
+
+}  // namespace
+
+TEST(one_spec_per_value_is_a_pick_table_and_the_code_does_not_change_as_specs_are_added) {
+  const auto five = select_per_value({70, -3, 9000001, 12, 5});
+  CHECK(five.tables.tables.size() == 1);
+  const std::vector<int64_t> pick = {5, -3, 1, 5, 4, 12, 3, 70, 0, 9000001, 2};  // [n, value, spec]...
+  CHECK(five.tables.tables.at(0) == pick);
+  CHECK(five.source.find("trd_pick(") != std::string::npos);
+  for (const char* value : {"70", "9000001", "12"}) CHECK(five.source.find(value) == std::string::npos);
+  CHECK(five.ids_named == 0);
+  const auto six = select_per_value({70, -3, 9000001, 12, 5, 44});
+  CHECK(six.source == five.source);
+  CHECK(six.tables.tables.at(0).at(0) == 6);
+}
+
+TEST(few_values_stay_a_switch) {
+  const auto three = select_per_value({1, 2, 3});
+  CHECK(three.tables.tables.empty());
+  CHECK(three.source.find("switch") != std::string::npos);
+  CHECK(three.ids_named == 3);
 }

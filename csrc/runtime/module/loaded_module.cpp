@@ -15,9 +15,9 @@ std::shared_ptr<LoadedModule> LoadedModule::assemble(const std::string& selector
   mod->selector_path_ = selector_path;
   mod->selector_ = reinterpret_cast<trd_selector_entry_fn>(object_entry(selector_path, TRD_SELECTOR_ENTRY))();
   check_abi(selector_path, mod->selector_->abi_version);
-  TRD_INTERNAL_ASSERT(mod->selector_->nspecs == static_cast<int32_t>(specs.size()),
-                      selector_path + " chooses among " + std::to_string(mod->selector_->nspecs) +
-                          " specializations, the module has " + std::to_string(specs.size()));
+  TRD_INTERNAL_ASSERT(mod->selector_->nspecs <= static_cast<int32_t>(specs.size()),
+                      selector_path + " names specializations up to " + std::to_string(mod->selector_->nspecs) +
+                          ", the module has " + std::to_string(specs.size()));
   TRD_INTERNAL_ASSERT(mod->selector_->ntables == static_cast<int32_t>(tables.size()),
                       selector_path + " reads " + std::to_string(mod->selector_->ntables) + " guard tables, " +
                           std::to_string(tables.size()) + " were emitted with it");

@@ -18,8 +18,8 @@ namespace trident::runtime {
 class LoadedModule {
  public:
   // Loads the selector object at `selector_path` over `specs` (in spec order, sharing `reuse`) with
-  // the guard tables its code reads (guards/decision.h); checks that the selector chooses among
-  // exactly that many specs and reads that many tables.
+  // the guard tables its code reads (guards/decision.h); checks that the ids its code names are
+  // among them and that it reads that many tables.
   static std::shared_ptr<LoadedModule> assemble(const std::string& selector_path,
                                                 std::vector<std::shared_ptr<LoadedSpec>> specs,
                                                 std::shared_ptr<ReuseState> reuse,

@@ -43,7 +43,7 @@ namespace {
 trident::guards::EmittedSelect select_per_value(const std::vector<int64_t>& values) {
   std::string text;
   for (size_t k = 0; k < values.size(); ++k)
-    text += "spec " + std::to_string(k) + " structure \"I\" {\n  guard L0.kind == 2\n  guard L0.ival == " +
+    text += "spec " + std::to_string(k) + " structure \"i\" {\n  guard L0.kind == 2\n  guard L0.ival == " +
             std::to_string(values[k]) + "\n  return none\n}\n";
   return trident::guards::emit_select(trident::ir::parse_module(text).specs);
 }

@@ -584,3 +584,30 @@ def test_regression_lowered_guards_reject_their_own_nan_call():
     structure, leaves = _C.describe_args(*args)
     scm = _scm((structure, guard_lines(structure, leaves, torch.is_grad_enabled())))
     assert scm.select(*args) == 0
+
+
+@pytest.mark.parametrize("values", [
+    [5, -3, 70, 12, 2 ** 40, -(2 ** 63), 2 ** 63 - 1, 0],  # one spec per value: a pick table
+    [5, -3, 70, 12, 12, 0],                                 # a value twice: the lower id must win
+    [1, 2, 3],                                              # too few for a table: a switch
+])
+def test_one_spec_per_int_value_selects_as_the_linear_scan(values):
+    """Pick tables (decision.cpp): a split whose branches are single specs is looked up in a sorted
+    table of (value, spec) pairs; every value, its neighbours and far-off ones select what a linear
+    scan of the guards selects."""
+    scm = _scm(*[("i", ["guard L0.kind == 2", f"guard L0.ival == {v}"]) for v in values])
+    probes = set()
+    for v in values:
+        probes.update(x for x in (v - 1, v, v + 1) if -(2 ** 63) <= x < 2 ** 63)
+    probes.update((-(2 ** 62), 2 ** 62, 4, 6, 11))
+    for p in sorted(probes):
+        assert scm.select(p) == _linear(scm, p), p
+        assert scm.select(p) == (values.index(p) if p in values else -1), p
+
+
+def test_a_dim_pick_table_compares_all_64_bits():
+    """The table holds int64 values and the looked-up field is widened first: a literal that differs
+    from the rank only above bit 31 is not a match (the int32 switch regression, as a table)."""
+    scm = _scm(*[("T", ["guard L0.kind == 1", f"guard L0.dim == {d}"]) for d in (1, 3, 4, 2 ** 32 + 2)])
+    assert scm.select(torch.zeros(2, 2)) == -1 == _linear(scm, torch.zeros(2, 2))
+    assert scm.select(torch.zeros(2, 2, 2)) == 1

@@ -205,6 +205,27 @@ def _as_tensor(v, where: str):
     return t.as_strided((n - start,), (1,), start)
 
 
+def refuse_opaque_argument(v, where: str) -> None:
+    """Raise UnsupportedError for a launch argument that holds tensors but is neither a tensor nor a
+    pointer wrapper (_as_tensor): torch's launch capture would keep it as a constant, with the
+    capture's fake tensors inside, and see no tensor the launch writes, so the launch would be
+    dropped from the program as if it did nothing. A host-side TMA descriptor is one."""
+    if isinstance(v, (torch.Tensor, int, float, bool, str, type(None), torch.dtype)):
+        return
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # a Triton without host descriptors
+        TensorDescriptor = ()
+    if isinstance(v, TensorDescriptor):
+        raise UnsupportedError(f"{where} is a host-side TMA descriptor (triton.tools.tensor_descriptor."
+                               "TensorDescriptor), which trident does not capture yet; a descriptor made "
+                               "inside the kernel (tl.make_tensor_descriptor) is captured")
+    fields = getattr(v, "__dict__", None)
+    if isinstance(fields, dict) and any(isinstance(f, torch.Tensor) for f in fields.values()):
+        raise UnsupportedError(f"{where} is a {type(v).__qualname__} holding tensors, which trident cannot "
+                               "launch with (pass the tensors themselves)")
+
+
 def _launch(launcher, grid, args, kwargs):
     from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper
     from triton import Config
@@ -227,6 +248,8 @@ def _launch(launcher, grid, args, kwargs):
     where = f"Triton kernel {jit.fn.__name__}"
     args = tuple(_as_tensor(a, where) for a in args)
     kwargs = {k: _as_tensor(v, where) for k, v in kwargs.items()}
+    for name, v in [*zip(jit.arg_names, args), *kwargs.items()]:
+        refuse_opaque_argument(v, f"{where}: argument {name}")
     # What trident's strict capture also fixes (_compat._install_triton_launch_options): constexprs
     # left to their defaults are passed, num_ctas goes into a one-config autotuner.
     given = set(jit.arg_names[:len(args)]) | set(kwargs)

@@ -236,6 +236,39 @@ def test_launches_dynamo_alone_refuses_are_captured(fn, ctas):
     assert re.search(r"launch 0 grid\(8, 1, 1\) \(%0, 1024\)", lowered.text), lowered.text
 
 
+@triton.jit
+def _tma_doubled(in_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    out_desc.store([m, n], in_desc.load([m, n]) * 2)
+
+
+def _doubled_through_host_descriptors(x):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    out = torch.empty_like(x)
+    a, b = TensorDescriptor.from_tensor(x, [64, 32]), TensorDescriptor.from_tensor(out, [64, 32])
+    _tma_doubled[(triton.cdiv(x.shape[0], 64), triton.cdiv(x.shape[1], 32))](a, b, BM=64, BN=32)
+    return out
+
+
+def test_a_launch_argument_holding_tensors_is_refused_not_dropped():
+    """Torch's launch capture keeps a non-tensor argument as a constant: a launch whose tensors are
+    all inside such objects (host-side TMA descriptors) looked like it wrote nothing and vanished
+    from the program, a result of uninitialized memory. It is refused instead, by name, and the
+    call runs eagerly."""
+    x = torch.randn(256, 128, dtype=torch.float16)
+    with pytest.raises(trident.UnsupportedError, match="argument in_desc is a host-side TMA descriptor"):
+        _spec_text(_doubled_through_host_descriptors, x)
+
+    class Holder:
+        def __init__(self, t):
+            self.t = t
+    from trident.library_launches import refuse_opaque_argument
+    with pytest.raises(trident.UnsupportedError, match="k: argument p is a .*Holder holding tensors"):
+        refuse_opaque_argument(Holder(x), "k: argument p")
+    for fine in (x, 3, 2.5, True, None, "s", torch.float16, tl.constexpr(4)):
+        refuse_opaque_argument(fine, "k")
+
+
 def test_a_data_dependent_size_is_a_native_grid_and_an_unspecialized_kernel_argument():
     x, mask = torch.randn(8, 32), torch.tensor([1, 0, 1, 1, 0, 0, 0, 1], dtype=torch.bool)
     lowered, _ = _spec_text(scale_selected_rows, x, mask)

@@ -129,6 +129,9 @@ class TritonCall:
         except TypeError as e:
             lw.fail(node, str(e))
         self.name = self.jit.fn.__name__
+        if node.kwargs.get("tma_descriptor_metadata"):  # Dynamo's form of host-side TMA descriptors
+            self.fail(f"arguments {sorted(node.kwargs['tma_descriptor_metadata'])} are host-side TMA "
+                      "descriptors (TensorDescriptor), which trident does not capture yet")
 
     def fail(self, what: str):
         raise UnsupportedError(f"Triton kernel {self.name}: {what}")

@@ -209,7 +209,8 @@ def refuse_opaque_argument(v, where: str) -> None:
     """Raise UnsupportedError for a launch argument that holds tensors but is neither a tensor nor a
     pointer wrapper (_as_tensor): torch's launch capture would keep it as a constant, with the
     capture's fake tensors inside, and see no tensor the launch writes, so the launch would be
-    dropped from the program as if it did nothing. A host-side TMA descriptor is one."""
+    dropped from the program as if it did nothing. A host-side TMA descriptor is one, a tuple of
+    tensors (a Triton tuple parameter) another."""
     if isinstance(v, (torch.Tensor, int, float, bool, str, type(None), torch.dtype)):
         return
     try:
@@ -220,10 +221,24 @@ def refuse_opaque_argument(v, where: str) -> None:
         raise UnsupportedError(f"{where} is a host-side TMA descriptor (triton.tools.tensor_descriptor."
                                "TensorDescriptor), which trident does not capture yet; a descriptor made "
                                "inside the kernel (tl.make_tensor_descriptor) is captured")
-    fields = getattr(v, "__dict__", None)
-    if isinstance(fields, dict) and any(isinstance(f, torch.Tensor) for f in fields.values()):
+    if isinstance(v, (tuple, list)) and _holds_tensors(v):
+        raise UnsupportedError(f"{where} is a {type(v).__qualname__} holding tensors (a Triton tuple "
+                               "parameter), which trident does not launch yet")
+    if _holds_tensors(v):
         raise UnsupportedError(f"{where} is a {type(v).__qualname__} holding tensors, which trident cannot "
                                "launch with (pass the tensors themselves)")
+
+
+def _holds_tensors(v) -> bool:
+    """Whether `v` is a tensor or holds one: in a tuple, list or dict, or as an attribute."""
+    if isinstance(v, torch.Tensor):
+        return True
+    if isinstance(v, (tuple, list)):
+        return any(_holds_tensors(x) for x in v)
+    if isinstance(v, dict):
+        return any(_holds_tensors(x) for x in v.values())
+    fields = getattr(v, "__dict__", None)
+    return isinstance(fields, dict) and any(isinstance(f, torch.Tensor) for f in fields.values())
 
 
 def _launch(launcher, grid, args, kwargs):

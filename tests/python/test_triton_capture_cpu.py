@@ -265,7 +265,10 @@ def test_a_launch_argument_holding_tensors_is_refused_not_dropped():
     from trident.library_launches import refuse_opaque_argument
     with pytest.raises(trident.UnsupportedError, match="k: argument p is a .*Holder holding tensors"):
         refuse_opaque_argument(Holder(x), "k: argument p")
-    for fine in (x, 3, 2.5, True, None, "s", torch.float16, tl.constexpr(4)):
+    for tuple_parameter in ((x, x), [x, 1], (Holder(x),), ((1, x),)):  # a pointer wrapper too
+        with pytest.raises(trident.UnsupportedError, match="holding tensors \\(a Triton tuple parameter\\)"):
+            refuse_opaque_argument(tuple_parameter, "k: argument p")
+    for fine in (x, 3, 2.5, True, None, "s", torch.float16, tl.constexpr(4), (1, 2), [64, 32]):
         refuse_opaque_argument(fine, "k")
 
 

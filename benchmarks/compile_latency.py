@@ -36,10 +36,11 @@ def fake_gpu_compile():
     triton.runtime.driver.set_active(FakeCudaDriver())
 
 
-def timed_call(fast, x, caches, pos, on_cpu):
+def timed_call(run, on_cpu):
+    """Seconds `run()` takes, synchronized on the GPU."""
     t0 = time.perf_counter()
     try:
-        fast(x, caches, pos)
+        run()
     except RuntimeError as e:  # CPU tensors: the compiled step stops at its first kernel launch
         if not (on_cpu and "not a CUDA tensor" in str(e)):
             raise
@@ -73,7 +74,7 @@ def main():
         for run in ("cold", "warm"):
             fast = trident.compile(model, max_specializations=64)
             for pos, what in steps:
-                s = timed_call(fast, x, caches, pos, on_cpu)
+                s = timed_call(lambda: fast(x, caches, pos), on_cpu)
                 rows.append((run, pos, what if run == "cold" else what.replace("kernel compiled now",
                                                                           "kernels already compiled"), s))
             c = trident.counters(fast)
@@ -111,7 +112,7 @@ def added_specializations(trident, device, on_cpu, count=64):
     out = []
     for n in range(1, count + 1):
         before = dict(trident.counters(fast))
-        total = timed_call(lambda *a: fast(x, n), None, None, None, on_cpu)
+        total = timed_call(lambda: fast(x, n), on_cpu)
         c = trident.counters(fast)
         delta = {k: c[k] - before.get(k, 0.0) for k in ("capture_seconds", "lowering_seconds",
                                                         "compile_seconds", "load_seconds")}

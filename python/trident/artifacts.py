@@ -226,8 +226,10 @@ def _object_entry(obj) -> dict:
     raise ArtifactRejected(f"the program names a {type(obj).__name__} object, which a file cannot hold")
 
 
-_CUBINS_READ: dict[str, tuple[str, bytes]] = {}  # path -> (sha256, bytes): the cubin files are
-# named by their contents' hash (lowering/triton_lower.py), so a path read once is read for good
+# Cubins read in this process: path -> sha256, and sha256 -> bytes. The files are named by their
+# contents' hash (lowering/triton_lower.py), so a path read once is read for good.
+_CUBIN_DIGESTS: dict[str, str] = {}
+_CUBIN_BYTES: dict[str, bytes] = {}
 
 
 def _placeholders(text: str, state_extents: dict, objects: dict, cubins: set, flattened: set) -> str:
@@ -235,11 +237,12 @@ def _placeholders(text: str, state_extents: dict, objects: dict, cubins: set, fl
     Adds the digests of the cubins it names to `cubins`."""
     def cubin(m):
         path = m.group(1)
-        if path not in _CUBINS_READ:
+        digest = _CUBIN_DIGESTS.get(path)
+        if digest is None:
             with open(path, "rb") as f:
                 data = f.read()
-            _CUBINS_READ[path] = (hashlib.sha256(data).hexdigest(), data)
-        digest = _CUBINS_READ[path][0]
+            digest = _CUBIN_DIGESTS[path] = hashlib.sha256(data).hexdigest()
+            _CUBIN_BYTES[digest] = data
         cubins.add(digest)
         return f'"@cubin:{digest}"'
 
@@ -311,11 +314,10 @@ def build(ctl) -> bytes:
     if len(memo["texts"]) > len(ctl.installed):  # evicted specs' texts
         live = {s["text"] for s in ctl.installed}
         memo["texts"] = {t: v for t, v in memo["texts"].items() if t in live}
-    data_of = {digest: data for digest, data in _CUBINS_READ.values()}
     cubin_index = {}
     for digest in cubins:
         cubin_index[digest] = len(blobs)
-        blobs.append(data_of[digest])
+        blobs.append(_CUBIN_BYTES[digest])
     header = {"versions": _versions(), "name": ctl.name, "pid": os.getpid(), "code": code_fingerprint(ctl.fn),
               "options": _options_key(ctl.options), "state_signature": state_signature(ctl.state),
               "state": state, "specs": specs, "cubins": cubin_index,

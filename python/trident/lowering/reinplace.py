@@ -33,15 +33,11 @@ def _is_view(n: fx.Node) -> bool:
             and schema.returns[0].alias_info is not None and not schema.returns[0].alias_info.is_write)
 
 
-def _root(n: fx.Node) -> fx.Node:
+def root_of(n: fx.Node) -> fx.Node:
+    """The tensor whose memory `n` is a view of (through view ops), or `n` itself."""
     while _is_view(n) and isinstance(n.args[0], fx.Node):
         n = n.args[0]
     return n
-
-
-def root_of(n: fx.Node) -> fx.Node:
-    """The tensor whose memory `n` is a view of (through view ops), or `n` itself."""
-    return _root(n)
 
 
 def readers(root: fx.Node) -> list[fx.Node]:
@@ -57,6 +53,13 @@ def readers(root: fx.Node) -> list[fx.Node]:
             if _is_view(u):
                 todo.append(u)
     return out
+
+
+def read_later(root: fx.Node, node: fx.Node, result: fx.Node | None, order: dict) -> list[fx.Node]:
+    """The nodes after `node` (positions in `order`) that read `root`'s memory, other than a scatter
+    of `result` back into it: one that writes node's new value where node, done in place, already
+    wrote it reads the root only as its destination."""
+    return [r for r in readers(root) if order[r] > order[node] and not _writes_back(r, result)]
 
 
 def plan(ep) -> set[fx.Node]:
@@ -79,7 +82,7 @@ def plan(ep) -> set[fx.Node]:
         if s.op != "call_function" or s.target not in SCATTERS or not isinstance(s.args[0], fx.Node):
             continue
         base = s.args[0]
-        root = _root(base)
+        root = root_of(base)
         if root.op == "placeholder":
             if root not in writable:
                 continue
@@ -87,7 +90,7 @@ def plan(ep) -> set[fx.Node]:
             continue
         # The scatter's own operand chain may read the root before it; nothing may after it, except
         # a scatter that writes S's result back into the root (the next level of the same update).
-        late = [r for r in readers(root) if order[r] > order[s] and not _writes_back(r, s)]
+        late = read_later(root, s, s, order)
         if root.op == "placeholder":
             late = [r for r in late if r.op != "output"]
         if not late:
@@ -95,8 +98,8 @@ def plan(ep) -> set[fx.Node]:
     return chosen
 
 
-def _writes_back(reader: fx.Node, s: fx.Node) -> bool:
+def _writes_back(reader: fx.Node, s: fx.Node | None) -> bool:
     """Whether `reader` is a scatter of `s` into the root (or a view of it): it reads the root only
     as the destination, which holds the new value once `s` ran in place."""
-    return (reader.op == "call_function" and reader.target in SCATTERS and len(reader.args) > 1
+    return (s is not None and reader.op == "call_function" and reader.target in SCATTERS and len(reader.args) > 1
             and reader.args[1] is s and reader.target not in (aten.index_copy.default, aten.index_put.default))

@@ -81,15 +81,9 @@ def _fresh_view_read_no_more(src: fx.Node, launch: fx.Node, name: str) -> bool:
     root = reinplace.root_of(src)
     if root is src or root.op != "call_function" or _is_view(root):
         return False
-    after, n = set(), launch.next
-    while n.op != "root":
-        after.add(n)
-        n = n.next
-
-    def writes_back(r: fx.Node) -> bool:
-        written = r.args[1] if r.op == "call_function" and r.target in reinplace.SCATTERS and len(r.args) > 1 else None
-        return isinstance(written, fx.Node) and written.target is operator.getitem and written.args == (launch, name)
-    return not any(r in after and not writes_back(r) for r in reinplace.readers(root))
+    result = next((u for u in launch.users if u.target is operator.getitem and u.args[1] == name), None)
+    order = {n: i for i, n in enumerate(launch.graph.nodes)}
+    return not reinplace.read_later(root, launch, result, order)
 
 
 def _is_view(n: fx.Node) -> bool:

@@ -150,7 +150,8 @@ class Emitter {
   // A split whose every branch is one candidate with nothing left to check (one spec per int value,
   // per size: what a module grows by) is a table of (value, spec) pairs the code looks up, not a
   // case per spec: the code then stays the same as specs are added, and so does its object, which
-  // the disk cache then already holds (no compile per added spec).
+  // the disk cache then already holds (no compile per added spec). From two branches on: the second
+  // spec's selector is then the last one compiled, whatever the module grows to.
   bool picked_from_a_table(const Field& split, const std::map<int64_t, std::vector<Cand>>& branches, int depth) {
     if (branches.size() < kMinPickTable) return false;
     std::vector<int64_t> t{static_cast<int64_t>(branches.size())};
@@ -165,7 +166,7 @@ class Emitter {
                     std::to_string(tables.tables.size() - 1) + "], c->after);");
     return true;
   }
-  static constexpr size_t kMinPickTable = 4;
+  static constexpr size_t kMinPickTable = 2;
 
   std::string function_for(const std::vector<Cand>& cands) {
     std::string name = "trd_select_" + std::to_string(next_function_++);

@@ -63,9 +63,16 @@ TEST(one_spec_per_value_is_a_pick_table_and_the_code_does_not_change_as_specs_ar
   CHECK(six.tables.tables.at(0).at(0) == 6);
 }
 
-TEST(few_values_stay_a_switch) {
-  const auto three = select_per_value({1, 2, 3});
-  CHECK(three.tables.tables.empty());
-  CHECK(three.source.find("switch") != std::string::npos);
-  CHECK(three.ids_named == 3);
+TEST(two_values_are_already_the_table_code_of_any_more) {
+  const auto two = select_per_value({1, 2});
+  CHECK(two.tables.tables.size() == 1);
+  CHECK(two.source == select_per_value({70, -3, 9000001, 12, 5}).source);
+  CHECK(two.ids_named == 0);
+}
+
+TEST(a_value_shared_by_two_specs_stays_a_switch) {
+  const auto shared = select_per_value({1, 2, 2});
+  CHECK(shared.tables.tables.empty());
+  CHECK(shared.source.find("switch") != std::string::npos);
+  CHECK(shared.ids_named == 3);
 }

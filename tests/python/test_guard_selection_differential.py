@@ -589,7 +589,8 @@ def test_regression_lowered_guards_reject_their_own_nan_call():
 @pytest.mark.parametrize("values", [
     [5, -3, 70, 12, 2 ** 40, -(2 ** 63), 2 ** 63 - 1, 0],  # one spec per value: a pick table
     [5, -3, 70, 12, 12, 0],                                 # a value twice: the lower id must win
-    [1, 2, 3],                                              # too few for a table: a switch
+    [1, 2],                                                 # two values: already a table
+    [1, 2, 2],                                              # a branch of two specs: a switch
 ])
 def test_one_spec_per_int_value_selects_as_the_linear_scan(values):
     """Pick tables (decision.cpp): a split whose branches are single specs is looked up in a sorted

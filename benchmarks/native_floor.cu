@@ -10,8 +10,14 @@
 // pointer, profile scratch pointer) and 128 threads: `triton` through cuLaunchKernelEx with a
 // launch config and no attributes, as Triton's launcher does; `params` through cuLaunchKernel.
 //
+// Five more diagnostics time what a graph replay (graph mode) is made of, on a stream of its own:
+// `graph1` and `graph3`, cuGraphLaunch of a graph of one and of three such launches; `memcpy`,
+// cuMemcpyDtoDAsync of 16 KiB; `kpatch`, cuGraphExecKernelNodeSetParams of one kernel of
+// `graph3` (its output pointer alternating) then its launch; `mpatch`, the same through a copy node
+// appended to `graph1` (cuGraphExecMemcpyNodeSetParams, its destination alternating).
+//
 // Build: nvcc -O2 -arch=sm_90 native_floor.cu -o native_floor -lcuda
-// Usage: native_floor [launches_per_repeat=20000] [repeats=7] [abi=plain|triton|params]
+// Usage: native_floor [launches_per_repeat=20000] [repeats=7] [abi=plain|triton|params|graph1|graph3|memcpy|kpatch|mpatch]
 #include <cuda.h>
 
 #include <algorithm>
@@ -54,8 +60,11 @@ int main(int argc, char** argv) {
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 7;
   const int sync_every = 100;
   const std::string abi = argc > 3 ? argv[3] : "plain";
-  if (abi != "plain" && abi != "triton" && abi != "params") {
-    std::fprintf(stderr, "abi must be plain, triton or params, got %s\n", abi.c_str());
+  const std::vector<std::string> modes = {"plain", "triton", "params", "graph1", "graph3", "memcpy", "kpatch", "mpatch"};
+  const int mode = static_cast<int>(std::find(modes.begin(), modes.end(), abi) - modes.begin());
+  if (mode == static_cast<int>(modes.size())) {
+    std::fprintf(stderr, "abi must be one of plain, triton, params, graph1, graph3, memcpy, kpatch, mpatch; got %s\n",
+                 abi.c_str());
     return 2;
   }
 
@@ -82,13 +91,63 @@ int main(int argc, char** argv) {
   config.blockDimX = 128;  // Triton's num_warps=4
   config.blockDimY = config.blockDimZ = 1;
   config.hStream = stream;
-  const int mode = abi == "plain" ? 0 : abi == "triton" ? 1 : 2;
+
+  // The graph modes' stream (the legacy stream cannot capture), buffers, graphs and patch targets.
+  CUstream side = nullptr;
+  CUdeviceptr buf[3] = {0, 0, 0};
+  CUgraphExec exec = nullptr;
+  CUgraphNode last = nullptr;  // kpatch: the third kernel; mpatch: the copy
+  CUDA_KERNEL_NODE_PARAMS kernel_params;
+  CUDA_MEMCPY3D copy_params;
+  uint64_t patched_out = out;
+  void* patched_params[] = {&x, &patched_out, &count, &global_scratch, &profile_scratch};
+  if (mode >= 3) {
+    CHECK(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
+    for (CUdeviceptr& b : buf) CHECK(cuMemAlloc(&b, 1 << 14));
+    stream = side;
+  }
+  if (mode == 3 || mode == 4 || mode == 6 || mode == 7) {
+    CUgraph graph;
+    CHECK(cuStreamBeginCapture(side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int k = 0; k < (mode == 3 || mode == 7 ? 1 : 3); ++k)
+      CHECK(cuLaunchKernel(abi_fn, 1, 1, 1, 128, 1, 1, 0, side, params, nullptr));
+    if (mode == 7) CHECK(cuMemcpyDtoDAsync(buf[1], buf[0], 1 << 14, side));
+    CHECK(cuStreamEndCapture(side, &graph));
+    size_t n = 0;
+    CHECK(cuGraphGetNodes(graph, nullptr, &n));
+    std::vector<CUgraphNode> nodes(n);
+    CHECK(cuGraphGetNodes(graph, nodes.data(), &n));
+    CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    for (CUgraphNode node : nodes) {  // kpatch: a kernel (any costs the same); mpatch: the copy
+      CUgraphNodeType type;
+      CHECK(cuGraphNodeGetType(node, &type));
+      if (type == (mode == 7 ? CU_GRAPH_NODE_TYPE_MEMCPY : CU_GRAPH_NODE_TYPE_KERNEL)) last = node;
+    }
+    if (mode == 6) CHECK(cuGraphKernelNodeGetParams(last, &kernel_params));
+    if (mode == 7) CHECK(cuGraphMemcpyNodeGetParams(last, &copy_params));
+    kernel_params.kernelParams = patched_params;
+    kernel_params.extra = nullptr;
+  }
 
   auto launch_loop = [&](int n) -> CUresult {
     for (int i = 1; i <= n; ++i) {
-      CUresult r = mode == 0 ? cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr)
-                   : mode == 1 ? cuLaunchKernelEx(&config, abi_fn, params, nullptr)
-                               : cuLaunchKernel(abi_fn, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+      CUresult r = CUDA_SUCCESS;
+      switch (mode) {
+        case 0: r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr); break;
+        case 1: r = cuLaunchKernelEx(&config, abi_fn, params, nullptr); break;
+        case 2: r = cuLaunchKernel(abi_fn, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr); break;
+        case 5: r = cuMemcpyDtoDAsync(buf[1], buf[0], 1 << 14, side); break;
+        case 6:
+          patched_out = (i & 1) ? buf[1] : buf[2];
+          r = cuGraphExecKernelNodeSetParams(exec, last, &kernel_params);
+          break;
+        case 7:
+          copy_params.dstDevice = (i & 1) ? buf[1] : buf[2];
+          r = cuGraphExecMemcpyNodeSetParams(exec, last, &copy_params, ctx);
+          break;
+        default: break;
+      }
+      if (r == CUDA_SUCCESS && mode >= 3 && mode != 5) r = cuGraphLaunch(exec, side);
       if (r != CUDA_SUCCESS) return r;
       if (i % sync_every == 0 && (r = cuStreamSynchronize(stream)) != CUDA_SUCCESS) return r;
     }

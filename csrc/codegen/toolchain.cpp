@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -148,7 +149,9 @@ BuiltModule build_module(const std::string& c_source, bool rebuild) {
     add_cache_warning("trident: the cached module " + out.so_path + " was not loaded (" + why + "); rebuilt it");
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::string tag = "." + std::to_string(getpid()) + "." +
+  // Unique per build: several threads of a process may build (selectors compile off the miss path).
+  static std::atomic<uint64_t> builds{0};
+  std::string tag = "." + std::to_string(getpid()) + "." + std::to_string(builds.fetch_add(1)) + "." +
                     std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".tmp";
   write_private(out.source_path + tag, c_source);
   if (!move_into_place(out.source_path + tag, out.source_path)) out.source_path += tag;

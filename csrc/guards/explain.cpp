@@ -151,6 +151,16 @@ bool check_guard(const ir::Guard& g, const trd_call& c) {
   return compare(g.op, a, b);
 }
 
+bool accepts(const ir::Spec& spec, const trd_call& c) {
+  if (static_cast<size_t>(c.structure_len) != spec.structure.size() ||
+      std::memcmp(c.structure, spec.structure.data(), spec.structure.size()) != 0 ||
+      c.nleaves != ir::count_structure_leaves(spec.structure))
+    return false;
+  for (const auto& g : spec.guards)
+    if (!check_guard(g, c)) return false;
+  return true;
+}
+
 std::string first_failure(const ir::Spec& spec, const trd_call& c) {
   if (static_cast<size_t>(c.structure_len) != spec.structure.size() ||
       std::memcmp(c.structure, spec.structure.data(), spec.structure.size()) != 0)

@@ -13,6 +13,10 @@ namespace trident::guards {
 int64_t read_field(const ir::Field& f, const trd_call& c);
 bool check_guard(const ir::Guard& g, const trd_call& c);
 
+// Whether the decision program would accept `spec` for this call (its structure, leaf count and
+// guards all hold): first_failure's answer without its words, cheap enough to select with.
+bool accepts(const ir::Spec& spec, const trd_call& c);
+
 // First failing guard of `spec` for this call, described with the actual value; "" if all hold.
 std::string first_failure(const ir::Spec& spec, const trd_call& c);
 

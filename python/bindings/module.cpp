@@ -24,6 +24,7 @@
 #include "runtime/memory/private_pool.h"
 #include "runtime/graphs/rebind_words.h"
 #include "scm_object.h"
+#include "selector_builds.h"
 
 namespace trident::bindings {
 namespace {
@@ -393,6 +394,8 @@ PyMODINIT_FUNC PyInit__C() {
   if (!m) return nullptr;
   if (!trident::bindings::register_scm_type(m)) return nullptr;
   trident::bindings::install_result_object_check();
+  // No selector build thread may be inside the toolchain while static objects are destroyed.
+  Py_AtExit(trident::bindings::wait_for_selector_builds);
   PyModule_AddIntConstant(m, "ABI_VERSION", TRD_ABI_VERSION);
   PyModule_AddIntConstant(m, "MAX_DIM", TRD_MAX_DIM);
   // trd_leaf.kind, for the Python side's leaf descriptions (describe_args): one numbering.

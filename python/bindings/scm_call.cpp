@@ -213,9 +213,11 @@ PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargs
     // one appears (the epoch says some module changed; state_ok compares nothing else then).
     if (native && !state_ok(self)) return nullptr;
     if (native) {
+      if (st->pending_selector && !install_selector(st, /*wait=*/false)) return nullptr;
       std::shared_ptr<const runtime::LoadedModule> mod = st->loaded;  // keeps it alive for this call
       trd_call call = make_call(flat);
       int32_t spec = mod ? mod->select(call) : -1;
+      if (mod && mod->interprets_guards()) ++st->interpreted_selects;
       if (spec >= 0) {
         PyObject* r = run_branches(self, *mod, spec, call, flat);
         if (r || PyErr_Occurred()) {

@@ -51,6 +51,52 @@ codegen::BuiltModule load_built(const std::string& source, codegen::BuiltModule 
   return built;
 }
 
+}  // namespace
+
+bool scm::install_selector(ScmState* st, bool wait) {
+  auto& pending = st->pending_selector;
+  if (!pending) return true;
+  if (pending->build->orphaned()) pending->build = SelectorBuild::start(pending->build->source());  // a forked child
+  if (!(wait ? pending->build->wait(std::chrono::minutes(1)) : pending->build->done())) return true;
+  const std::unique_ptr<ScmState::PendingSelector> done = std::move(pending);
+  const SelectorBuild& build = *done->build;
+  std::string error = build.error();
+  if (error.empty()) {
+    try {
+      std::shared_ptr<runtime::LoadedModule> mod;
+      const codegen::BuiltModule built = load_built(build.source(), build.built(), [&](const std::string& path) {
+        mod = runtime::LoadedModule::assemble(path, st->loaded->specs(), st->loaded->reuse_state(), done->tables);
+      });
+      st->loaded = std::move(mod);
+      st->built_selector = built;
+      st->compile_seconds += built.compile_seconds;
+      st->background_compile_seconds += built.compile_seconds;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!emit_cache_warnings()) return false;
+  if (!error.empty()) {
+    const std::string why = "trident: the decision program did not compile (" + error +
+                            "); this function keeps selecting its specializations by interpreted guards";
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, why.c_str(), 1) < 0) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// What selecting by guards needs of each spec: its structure and guards (not its program).
+std::vector<ir::Spec> checks_of(const std::vector<ir::Spec>& specs) {
+  std::vector<ir::Spec> checks(specs.size());
+  for (size_t k = 0; k < specs.size(); ++k) checks[k].structure = specs[k].structure, checks[k].guards = specs[k].guards;
+  return checks;
+}
+
+// How long a miss waits for its selector's object before serving calls by interpreted guards: what
+// finding it in the disk cache takes, not what compiling it does.
+constexpr std::chrono::milliseconds kSelectorWait{10};
+
 PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
   auto* self = reinterpret_cast<ScmObject*>(py_self);
   ScmState* st = self->st;
@@ -75,6 +121,7 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     std::shared_ptr<runtime::ReuseState> reuse = std::make_shared<runtime::ReuseState>();
     if (current) specs = current->specs(), reuse = current->reuse_state();
     codegen::BuiltModule built, built_selector;
+    std::unique_ptr<ScmState::PendingSelector> pending;  // set when the selector is still compiling
     double load_seconds = 0.0;
     std::shared_ptr<runtime::LoadedModule> loaded;
     std::string load_error;
@@ -94,17 +141,27 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
         };
       };
       // The two objects do not depend on each other: the selector's compiler runs while the
-      // spec's does (the selector grows with the module; the spec's object does not).
-      std::future<codegen::BuiltModule> selector_object =
-          std::async(std::launch::async, [&] { return codegen::build_module(selector_code.source); });
+      // spec's does, on a thread of its own (selector_builds.h). A selector the disk cache holds
+      // is found within kSelectorWait; one being compiled is not waited for: the module then
+      // interprets its guards until the first call after the compile installs it.
+      std::shared_ptr<SelectorBuild> selector_build = SelectorBuild::start(selector_code.source);
       built = load_built(spec_code.source, codegen::build_module(spec_code.source), timed([&](const std::string& path) {
         loaded_spec = runtime::LoadedSpec::load(path, added, {spec_code.sites, spec_code.kernels, spec_code.output},
                                                 *reuse);
       }));
       specs.push_back(std::move(loaded_spec));
-      built_selector = load_built(selector_code.source, selector_object.get(), timed([&](const std::string& path) {
-        loaded = runtime::LoadedModule::assemble(path, specs, reuse, selector_code.tables.tables);
-      }));
+      // A selector that failed to compile is reported by the first call after (install_selector),
+      // which keeps interpreting the guards: the spec itself works.
+      if (selector_build->wait(kSelectorWait) && selector_build->error().empty()) {
+        built_selector = load_built(selector_code.source, selector_build->built(), timed([&](const std::string& path) {
+          loaded = runtime::LoadedModule::assemble(path, specs, reuse, selector_code.tables.tables);
+        }));
+      } else {
+        loaded = runtime::LoadedModule::by_guards(specs, reuse, checks_of(next.specs));
+        pending = std::make_unique<ScmState::PendingSelector>();
+        pending->build = std::move(selector_build);
+        pending->tables = selector_code.tables.tables;
+      }
     } catch (const InternalError& e) {
       load_error = e.what();
       internal = true;
@@ -120,7 +177,8 @@ PyObject* scm_add_spec(PyObject* py_self, PyObject* arg) {
     st->module = std::move(next);
     st->loaded = std::move(loaded);
     st->built = built;
-    st->built_selector = built_selector;
+    if (!pending) st->built_selector = built_selector;
+    st->pending_selector = std::move(pending);
     ++st->compiles;
     if (built.cache_hit) ++st->cache_loads;
     st->compile_seconds += built.compile_seconds + built_selector.compile_seconds;
@@ -177,11 +235,14 @@ PyObject* scm_clear(PyObject* py_self, PyObject*) {
   auto* self = reinterpret_cast<ScmObject*>(py_self);
   self->st->module.specs.clear();
   self->st->loaded.reset();
+  self->st->pending_selector.reset();
   Py_RETURN_NONE;
 }
 
 PyObject* scm_counters(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  // A selector still compiling is waited for, so that the figures are final (compile_seconds).
+  if (!install_selector(st, /*wait=*/true)) return nullptr;
   runtime::LoadedModule::ReuseStats reuse;
   runtime::LoadedModule::GemmStats gemm;
   runtime::LoadedModule::ReplayStats replay;
@@ -189,7 +250,7 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   if (st->loaded)
     reuse = st->loaded->reuse_stats(), gemm = st->loaded->gemm_stats(), replay = st->loaded->replay_stats(),
     graphs = st->loaded->graph_stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:d,s:K,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
+  PyObject* d = Py_BuildValue("{s:K,s:K,s:K,s:n,s:K,s:K,s:d,s:d,s:K,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "hits", (unsigned long long)st->hits,
                        "misses", (unsigned long long)st->misses, "compiles", (unsigned long long)st->compiles,
                        "specializations", (Py_ssize_t)st->module.specs.size(), "fallbacks",
                        (unsigned long long)st->fallbacks, "module_cache_loads",
@@ -203,6 +264,15 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
                        (long long)replay.replaying, "graphs", (long long)graphs.graphs, "graph_captures",
                        (long long)graphs.captures, "graph_replays", (long long)graphs.replays, "graph_rebinds",
                        (long long)graphs.rebinds);
+  if (!d) return nullptr;
+  PyObject* background = PyFloat_FromDouble(st->background_compile_seconds);
+  PyObject* interpreted = PyLong_FromUnsignedLongLong(st->interpreted_selects);
+  const bool ok = background && interpreted && PyDict_SetItemString(d, "background_compile_seconds", background) == 0 &&
+                  PyDict_SetItemString(d, "interpreted_selects", interpreted) == 0;
+  Py_XDECREF(background);
+  Py_XDECREF(interpreted);
+  if (!ok) Py_CLEAR(d);
+  return d;
 }
 
 // graph_notes() -> [(spec, stopped, why)]: each specialization whose runs do not replay as CUDA
@@ -260,6 +330,7 @@ PyObject* scm_paths(PyObject* py_self, PyObject*) {
 
 PyObject* scm_selector_paths(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  if (!install_selector(st, /*wait=*/true)) return nullptr;
   return Py_BuildValue("(ss)", st->built_selector.source_path.c_str(), st->built_selector.so_path.c_str());
 }
 
@@ -286,13 +357,28 @@ PyObject* scm_explain_call(PyObject* py_self, PyObject* const* args, size_t narg
   }
 }
 
+// select(*args, **kwargs): the compiled decision program's choice (a selector still compiling is
+// waited for); select_by_guards: the choice of the guards interpreted in spec order, as a module
+// makes it while its selector compiles.
 PyObject* scm_select(PyObject* py_self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  if (!install_selector(st, /*wait=*/true)) return nullptr;
   FlatArgs flat;
   if (!flatten_args(args, PyVectorcall_NARGS(nargsf), kwnames, flat) || !st->loaded) return PyLong_FromLong(-1);
   trd_call call = make_call(flat);
   call.after = t_branch_missed_after;  // inside a miss whose data no spec's branch took: later ones
   return PyLong_FromLong(st->loaded->select(call));
+}
+
+PyObject* scm_select_by_guards(PyObject* py_self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  FlatArgs flat;
+  if (!flatten_args(args, PyVectorcall_NARGS(nargsf), kwnames, flat) || !st->loaded) return PyLong_FromLong(-1);
+  trd_call call = make_call(flat);
+  call.after = t_branch_missed_after;
+  return PyLong_FromLong(
+      runtime::LoadedModule::by_guards(st->loaded->specs(), st->loaded->reuse_state(), checks_of(st->module.specs))
+          ->select(call));
 }
 
 PyMethodDef scm_methods[] = {
@@ -311,6 +397,8 @@ PyMethodDef scm_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, "For each specialization, the first guard this call fails ('' if none)."},
     {"select", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(scm_select)), METH_FASTCALL | METH_KEYWORDS,
      "The specialization the decision program picks for these arguments, or -1."},
+    {"select_by_guards", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(scm_select_by_guards)),
+     METH_FASTCALL | METH_KEYWORDS, "The specialization the guards interpreted in order select (-1 if none)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyObject* scm_get_on_miss(PyObject* py_self, void*) {

@@ -15,6 +15,7 @@
 #include "flatten.h"
 #include "ir/ir.h"
 #include "runtime/module/loaded_module.h"
+#include "selector_builds.h"
 
 namespace trident::bindings::scm {
 
@@ -33,6 +34,14 @@ struct ScmState {
   std::shared_ptr<const runtime::LoadedModule> loaded;  // the module built from `module`
   codegen::BuiltModule built;                         // the object of the spec added last
   codegen::BuiltModule built_selector;                // the decision program's object
+  // The selector still compiling for `loaded` (which interprets its guards meanwhile), with what
+  // installing it needs; null when `loaded` runs its compiled selector (selector_builds.h).
+  struct PendingSelector {
+    std::shared_ptr<SelectorBuild> build;
+    std::vector<std::vector<int64_t>> tables;  // the guard tables its code reads
+    double started_at = 0.0;                   // when the miss started it (steady clock, s)
+  };
+  std::unique_ptr<PendingSelector> pending_selector;
   std::shared_ptr<const StateSet> state = std::make_shared<const StateSet>();
   uint64_t state_epoch = 0;
   // Runs of this SCM's module, one at a time: its call sites keep per-site state (kept buffers,
@@ -46,6 +55,10 @@ struct ScmState {
   uint64_t hits = 0, misses = 0, compiles = 0, fallbacks = 0, cache_loads = 0;
   uint64_t spec_objects = 0;  // spec objects built or loaded from the cache: one per add_spec
   double compile_seconds = 0.0, load_seconds = 0.0;
+  // Of compile_seconds, what selectors compiled off the miss path took; and how many calls were
+  // served by interpreted guards while one did.
+  double background_compile_seconds = 0.0;
+  uint64_t interpreted_selects = 0;
 };
 
 struct ScmObject {
@@ -65,5 +78,10 @@ bool same_leaf_meta(const trd_leaf& a, const trd_leaf& b);
 
 // The hot path: flatten, check state, select, run, wrap the outputs (scm_call.cpp).
 PyObject* scm_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames);
+
+// Installs the selector compiled for st->loaded once its build is done (wait: waiting up to a
+// minute for it), replacing the module that interprets its guards (selector_builds.h). False only
+// with a Python exception set (a warning filter made its warning one). With the GIL held.
+bool install_selector(ScmState* st, bool wait);
 
 }  // namespace trident::bindings::scm

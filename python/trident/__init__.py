@@ -129,7 +129,11 @@ def counters(compiled) -> dict:
     addresses, such as a new KV cache). Where a miss's time went, summed over misses: capture_seconds
     (torch.export), lowering_seconds (to host IR, Triton compiles included), compile_seconds (the C
     compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects
-    built or loaded from the cache, one per specialization added (the others are reused)."""
+    built or loaded from the cache, one per specialization added (the others are reused). A miss
+    does not wait for its decision program's compile: background_compile_seconds is the part of
+    compile_seconds spent after the miss returned, while calls selected their specialization by
+    interpreted guards (interpreted_selects counts those calls). counters() first waits for a
+    decision program still compiling, so the figures are final."""
     c = controller(compiled)
     split = c._split_route.counters() if c._split_route is not None else \
         {"split_calls": 0, "split_pieces": 0, "split_piece_hits": 0, "split_piece_fallbacks": 0}

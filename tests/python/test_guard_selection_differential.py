@@ -3,9 +3,11 @@
 Contract: ``scm.select(*args)`` returns the LOWEST-numbered specialization whose guards all hold for
 the call, or -1; a false hit (selecting a spec one of whose guards fails) must never happen.
 
-Three evaluators are compared on every (call, module) trial:
+Four evaluators are compared on every (call, module) trial:
 
 * ``scm.select``        the generated C decision program (structure groups, hoisted guards, switches);
+* ``scm.select_by_guards`` the guards interpreted spec after spec, as a module selects while its
+                        decision program compiles (python/bindings/selector_builds.h);
 * ``scm.explain_call``  the cold C++ evaluator (guards/explain.cpp), read as a linear scan;
 * ``PyGuards``          an independent Python evaluator of the guard text over ``_C.describe_args``
                         leaf dicts, so that a mistake shared by both C++ paths is caught as well.
@@ -442,6 +444,7 @@ def run_differential(pool_seed: int, seed: int, schedule) -> tuple[dict, list[st
                 for grad in (False, True):
                     with torch.set_grad_enabled(grad):
                         got = scm.select(*sig.args, **sig.kwargs)
+                        interpreted = scm.select_by_guards(*sig.args, **sig.kwargs)
                         explained = scm.explain_call(*sig.args, **sig.kwargs)
                     stats["trials"] += 1
                     assert [k for k, _ in explained] == list(range(nspecs))
@@ -454,6 +457,10 @@ def run_differential(pool_seed: int, seed: int, schedule) -> tuple[dict, list[st
                         failures.append(_describe_failure(
                             texts, sig, grad, f"FALSE HIT: select -> {got}, but guard "
                             f"{mirror.failing(got, sig, grad)!r} fails (explain: {explained[got][1]!r})"))
+                    elif interpreted != got:
+                        failures.append(_describe_failure(
+                            texts, sig, grad, f"select -> {got}, select_by_guards -> {interpreted} "
+                            f"(the guards interpreted while a selector compiles); explain: {explained}"))
                     elif got != ref:
                         failures.append(_describe_failure(
                             texts, sig, grad, f"select -> {got}, explain_call's linear scan -> {ref} "
@@ -602,7 +609,7 @@ def test_one_spec_per_int_value_selects_as_the_linear_scan(values):
         probes.update(x for x in (v - 1, v, v + 1) if -(2 ** 63) <= x < 2 ** 63)
     probes.update((-(2 ** 62), 2 ** 62, 4, 6, 11))
     for p in sorted(probes):
-        assert scm.select(p) == _linear(scm, p), p
+        assert scm.select(p) == _linear(scm, p) == scm.select_by_guards(p), p
         assert scm.select(p) == (values.index(p) if p in values else -1), p
 
 

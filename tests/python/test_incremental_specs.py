@@ -52,3 +52,54 @@ def test_kept_buffers_survive_an_added_specialization():
         torch.testing.assert_close(fast(x, y, 1), stacked_sum(x, y, 1), rtol=0, atol=0)
     c = trident.counters(fast)
     assert (c["specializations"], c["reused_buffers"], c["escaped_buffers"]) == (2, 1, 0), c
+
+
+def _selector_compiler(tmp_path, monkeypatch, selector_does):
+    """TRIDENT_CC that does `selector_does` (shell) before compiling a decision program, and compiles
+    every other object at once; a fresh cache, so every object is compiled."""
+    cc = tmp_path / "cc.sh"
+    cc.write_text("#!/bin/sh\nfor a; do src=$a; done\n"
+                  f"if grep -q 'The decision program' \"$src\"; then {selector_does}; fi\nexec cc \"$@\"\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("TRIDENT_CC", str(cc))
+    monkeypatch.setenv("TRIDENT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_calls_are_served_by_interpreted_guards_while_the_selector_compiles(tmp_path, monkeypatch):
+    """A miss waits for its spec's object only (python/bindings/selector_builds.h): a selector whose
+    compile takes long is installed after, and until then the same specs are selected by their
+    guards interpreted, with the same results."""
+    gate = tmp_path / "gate"
+    _selector_compiler(tmp_path, monkeypatch, f"while [ ! -e '{gate}' ]; do sleep 0.02; done")
+    fast = trident.compile(scale, dynamic=False)
+    scm = trident.controller(fast).scm
+    x = torch.ones(3)
+    # three misses, then a hit on each: no selector has compiled; every call after the first selects
+    # by interpreted guards (interpreted_selects counts calls, not the selection after a miss)
+    for n in (1, 2, 3, 2, 1, 3):
+        assert torch.equal(fast(x, n), scale(x, n))
+    assert not gate.exists()
+    gate.write_text("")
+    c = trident.counters(fast)  # waits for the last selector and installs it
+    assert (c["specializations"], c["hits"], c["interpreted_selects"]) == (3, 3, 5), c
+    assert c["background_compile_seconds"] > 0.0
+    for n in (3, 1, 2, 4):
+        assert torch.equal(fast(x, n), scale(x, n))
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["interpreted_selects"]) == (4, 6, 5), c
+    assert open(scm.selector_paths()[0]).read().startswith("/* The decision program")
+
+
+def test_a_selector_that_does_not_compile_leaves_the_guards_interpreted(tmp_path, monkeypatch):
+    import warnings
+    _selector_compiler(tmp_path, monkeypatch, "echo 'no selector today' >&2; exit 1")
+    fast = trident.compile(scale, dynamic=False)
+    x = torch.ones(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (1, 2, 1, 2):
+            assert torch.equal(fast(x, n), scale(x, n))
+        c = trident.counters(fast)
+    said = [str(w.message) for w in caught if "decision program did not compile" in str(w.message)]
+    assert said and "no selector today" in said[0], [str(w.message) for w in caught]
+    assert (c["specializations"], c["hits"], c["interpreted_selects"]) == (2, 2, 3), c

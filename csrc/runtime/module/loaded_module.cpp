@@ -2,6 +2,10 @@
 
 #include "common/errors.h"
 
+#include <algorithm>
+
+#include "guards/explain.h"
+
 #include "runtime/gemm/lt_gemm.h"
 #include "runtime/replay/op_replay.h"
 
@@ -28,6 +32,22 @@ std::shared_ptr<LoadedModule> LoadedModule::assemble(const std::string& selector
   return mod;
 }
 
+std::shared_ptr<LoadedModule> LoadedModule::by_guards(std::vector<std::shared_ptr<LoadedSpec>> specs,
+                                                      std::shared_ptr<ReuseState> reuse, std::vector<ir::Spec> checks) {
+  TRD_INTERNAL_ASSERT(checks.size() == specs.size(), "one spec's checks per loaded spec");
+  auto mod = std::make_shared<LoadedModule>();
+  mod->checks_ = std::move(checks);
+  mod->specs_ = std::move(specs);
+  mod->reuse_ = std::move(reuse);
+  return mod;
+}
+
+int32_t LoadedModule::select_by_guards(const trd_call& call) const {
+  for (int32_t k = std::max(call.after + 1, 0); k < static_cast<int32_t>(checks_.size()); ++k)
+    if (guards::accepts(checks_[k], call)) return k;
+  return -1;
+}
+
 bool LoadedModule::run(int32_t spec, trd_frame& f, const trd_leaf* leaves, int64_t* out_ints) const {
   f.spec = specs_[spec].get();
   f.pool = &reuse_->pool;
@@ -44,6 +64,7 @@ GraphStats LoadedModule::graph_stats() const {
     g.captures += s.captures;
     g.replays += s.replays;
     g.rebinds += s.rebinds;
+    g.patches += s.patches;
   }
   return g;
 }

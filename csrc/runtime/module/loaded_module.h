@@ -25,13 +25,24 @@ class LoadedModule {
                                                 std::shared_ptr<ReuseState> reuse,
                                                 std::vector<std::vector<int64_t>> tables);
 
+  // The same module before its selector object exists: each spec's checks (`checks`, in spec order:
+  // its structure and guards, nothing else needed) are evaluated one spec after another
+  // (guards/explain.h's accepts, which the decision program mirrors), so calls are served while
+  // the selector compiles.
+  static std::shared_ptr<LoadedModule> by_guards(std::vector<std::shared_ptr<LoadedSpec>> specs,
+                                                 std::shared_ptr<ReuseState> reuse, std::vector<ir::Spec> checks);
+
   // The decision program over `call`, with this module's guard tables (an object may be shared by
-  // modules whose state lives elsewhere: the tables are the module's, not the object's).
+  // modules whose state lives elsewhere: the tables are the module's, not the object's): the lowest
+  // spec id above call.after whose guards all hold, or -1.
   int32_t select(const trd_call& call) const {
+    if (!selector_) return select_by_guards(call);
     trd_call c = call;
     c.tables = table_ptrs_.data();
     return selector_->select(&c);
   }
+  // Whether select() interprets guards (by_guards) rather than running a compiled selector.
+  bool interprets_guards() const { return !selector_; }
   int32_t num_specs() const { return static_cast<int32_t>(specs_.size()); }
   const LoadedSpec& spec(int32_t k) const { return *specs_[k]; }
   const std::vector<std::shared_ptr<LoadedSpec>>& specs() const { return specs_; }
@@ -76,7 +87,10 @@ class LoadedModule {
   ReplayStats replay_stats() const;
 
  private:
+  int32_t select_by_guards(const trd_call& call) const;
+
   std::string selector_path_;
+  std::vector<ir::Spec> checks_;  // by_guards: per spec, its structure and guards
   const trd_selector* selector_ = nullptr;
   std::vector<std::vector<int64_t>> tables_;
   std::vector<const int64_t*> table_ptrs_;  // into tables_, as trd_call.tables

@@ -267,10 +267,14 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   if (!d) return nullptr;
   PyObject* background = PyFloat_FromDouble(st->background_compile_seconds);
   PyObject* interpreted = PyLong_FromUnsignedLongLong(st->interpreted_selects);
-  const bool ok = background && interpreted && PyDict_SetItemString(d, "background_compile_seconds", background) == 0 &&
-                  PyDict_SetItemString(d, "interpreted_selects", interpreted) == 0;
+  PyObject* patches = PyLong_FromLongLong(graphs.patches);
+  const bool ok = background && interpreted && patches &&
+                  PyDict_SetItemString(d, "background_compile_seconds", background) == 0 &&
+                  PyDict_SetItemString(d, "interpreted_selects", interpreted) == 0 &&
+                  PyDict_SetItemString(d, "graph_patches", patches) == 0;
   Py_XDECREF(background);
   Py_XDECREF(interpreted);
+  Py_XDECREF(patches);
   if (!ok) Py_CLEAR(d);
   return d;
 }

@@ -126,7 +126,8 @@ def counters(compiled) -> dict:
     replay bit for bit equal, results not held elsewhere; TRIDENT_ATEN_REPLAY=0 turns it off);
     and with graphs=True: graphs (CUDA graphs held now), graph_captures, graph_replays (calls served
     by one graph launch), graph_rebinds (replays that first rewrote a graph for new argument
-    addresses, such as a new KV cache). Where a miss's time went, summed over misses: capture_seconds
+    addresses, such as a new KV cache), graph_patches (replays that pointed a graph at a small
+    read-only argument where the caller has it, instead of copying it into the graph's buffer). Where a miss's time went, summed over misses: capture_seconds
     (torch.export), lowering_seconds (to host IR, Triton compiles included), compile_seconds (the C
     compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects
     built or loaded from the cache, one per specialization added (the others are reused). A miss

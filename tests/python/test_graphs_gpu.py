@@ -38,6 +38,32 @@ def test_three_chained_kernels_replay_as_one_graph_with_eager_results():
     assert c["graph_replays"] == 10 - 2, c  # calls 1-2 run, call 3 captures and replays, 4-10 replay
 
 
+def five_reads_of_y(x, y):
+    out = add(x, y)
+    for _ in range(4):
+        out = add(out, y)
+    return out
+
+
+def test_a_small_argument_is_read_where_the_caller_has_it_and_each_result_is_its_own():
+    """New small read-only tensors per call: x, read by one node, is read where the caller has it
+    (the node is patched, nothing copied); y, read by five (more than SpecGraphs::kPatchNodes), is
+    copied into the graph's buffer. Every replay's result is a fresh tensor that later replays leave
+    alone (the graph's own copy node writes it)."""
+    require_cuda()
+    fast = trident.compile(five_reads_of_y, graphs=True)
+    kept = []
+    for k in range(10):
+        x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+        kept.append((x, y, fast(x, y)))
+    for x, y, got in kept:
+        torch.testing.assert_close(got, five_reads_of_y(x, y), rtol=0, atol=0)
+    assert len({got.data_ptr() for _, _, got in kept}) == len(kept)
+    c = trident.counters(fast)
+    assert c["graph_captures"] == 1 and c["graph_replays"] == 10 - 2, c
+    assert c["graph_patches"] == 10 - 2, c  # x at a new address at every replay; y never patched
+
+
 def decode_step(x, cache, pos_t, w):
     """An in-place KV-cache write at a tensor position, then attention-like reads of the cache."""
     cache.index_copy_(0, pos_t, x @ w)

@@ -2,6 +2,7 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -152,10 +153,12 @@ std::optional<GraphRebind> GraphRebind::plan(CUgraph a, CUgraph b, CUgraph c, co
   return plan;
 }
 
-CUresult GraphRebind::apply(CUgraphExec exec, const uint64_t* ptrs) const {
+CUresult GraphRebind::apply(CUgraphExec exec, const uint64_t* ptrs, const uint64_t* held) const {
   const auto& d = cuda::driver();
   CUcontext ctx = nullptr;
   for (const Node& n : nodes_) {
+    if (held && std::none_of(n.sites.begin(), n.sites.end(), [&](const Site& s) { return ptrs[s.arg] != held[s.arg]; }))
+      continue;
     CUresult r = CUDA_SUCCESS;
     switch (n.type) {
       case CU_GRAPH_NODE_TYPE_KERNEL: {
@@ -190,6 +193,13 @@ CUresult GraphRebind::apply(CUgraphExec exec, const uint64_t* ptrs) const {
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
+}
+
+size_t GraphRebind::nodes_holding(uint32_t arg) const {
+  size_t n = 0;
+  for (const Node& node : nodes_)
+    n += std::any_of(node.sites.begin(), node.sites.end(), [&](const Site& s) { return s.arg == arg; });
+  return n;
 }
 
 size_t GraphRebind::sites() const {

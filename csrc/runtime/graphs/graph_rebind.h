@@ -53,11 +53,14 @@ class GraphRebind {
   static std::optional<GraphRebind> plan(CUgraph a, CUgraph b, CUgraph c, const std::vector<RebindArg>& args,
                                          const AddressRanges& pool, std::string* why);
 
-  // Rewrites the sites of `exec` (instantiated from `a`) for argument i at ptrs[i]. The first error
-  // the driver reports, or CUDA_SUCCESS.
-  CUresult apply(CUgraphExec exec, const uint64_t* ptrs) const;
+  // Rewrites the sites of `exec` (instantiated from `a`) for argument i at ptrs[i]: every node with
+  // a site, or with `held` (the addresses the nodes hold now), only the nodes holding an argument
+  // whose address changed. The first error the driver reports, or CUDA_SUCCESS.
+  CUresult apply(CUgraphExec exec, const uint64_t* ptrs, const uint64_t* held = nullptr) const;
 
   size_t sites() const;
+  // The nodes holding argument `arg`'s address: what moving it alone costs.
+  size_t nodes_holding(uint32_t arg) const;
   size_t nodes() const { return nodes_.size(); }
 
  private:

@@ -66,6 +66,15 @@ bool disjoint(const c10::SmallVector<uint64_t, 32>& ptrs, const c10::SmallVector
 // both 32-bit halves of an address, and a multiple of 64 KiB, which keeps every alignment the key holds.
 uint64_t shift_of(size_t i) { return static_cast<uint64_t>(i + 1) * 0x100010000ull; }
 
+// A result copied out by the graph itself: a copy node at the end of the graph, from the graph's
+// result to where the replay's fresh tensor is (its destination patched before each launch).
+struct ResultCopy {
+  int32_t slot;
+  CUgraphNode node;
+  CUDA_MEMCPY3D params;
+  at::Tensor like;  // the graph's result: the fresh tensor's sizes, strides and options
+};
+
 }  // namespace
 
 bool in_graph_capture() { return t_in_capture; }
@@ -80,7 +89,14 @@ struct SpecGraphs::Graph {
   std::optional<PoolId> pool;
   std::shared_ptr<const void> state_id;
   std::vector<std::pair<int32_t, at::Tensor>> statics;  // leaf -> the buffer the graph reads it from
+  // Per copied argument: the address its nodes hold now (its buffer's, or the caller's tensor's
+  // when they were patched to read it there), and how many nodes hold it (SIZE_MAX: unknown, no
+  // rebind plan; 0: none reads it, so a replay neither copies nor patches it).
+  c10::SmallVector<uint64_t, 32> statics_held;
+  c10::SmallVector<size_t, 32> static_nodes;
   std::vector<std::pair<int32_t, at::Tensor>> outputs;  // frame slot -> the graph's result
+  std::vector<ResultCopy> copies;  // results the graph copies out itself
+  std::vector<at::Tensor> capture_targets;  // where the capture's copy nodes wrote (until patched)
   std::vector<int64_t> out_ints;
 
   ~Graph() {
@@ -88,6 +104,8 @@ struct SpecGraphs::Graph {
     // blocks go back to PyTorch after the tensors over them.
     if (exec) cuda::driver().GraphExecDestroy(exec);
     if (graph) cuda::driver().GraphDestroy(graph);
+    copies.clear();
+    capture_targets.clear();
     outputs.clear();
     statics.clear();
     if (pool)
@@ -106,6 +124,7 @@ GraphStats SpecGraphs::stats() const {
   s.captures = captures_;
   s.replays = replays_;
   s.rebinds = rebinds_;
+  s.patches = patches_;
   return s;
 }
 
@@ -177,14 +196,46 @@ bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
 std::string SpecGraphs::launch(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, void* stream) {
   const auto& d = cuda::driver();
   auto s = static_cast<CUstream>(stream);
-  for (const auto& [k, buf] : g.statics) {
-    const CUresult r = d.MemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(buf.data_ptr()),
-                                         reinterpret_cast<CUdeviceptr>(c.args[k]->data_ptr()), dense_bytes(buf), s);
+  // A copied argument is read where the caller has it when few nodes hold its buffer's address and
+  // the caller's address is aligned as the buffer's (the nodes are patched, no copy); else it is
+  // copied into the buffer, and nodes patched to read elsewhere before are pointed back at it.
+  c10::SmallVector<uint64_t, 32> want(g.bound.begin(), g.bound.end()), held(g.bound.begin(), g.bound.end());
+  for (size_t j = 0; j < g.statics.size(); ++j) {
+    const auto& [k, buf] = g.statics[j];
+    const auto theirs = reinterpret_cast<uint64_t>(c.args[k]->data_ptr());
+    const auto mine = reinterpret_cast<uint64_t>(buf.data_ptr());
+    held.push_back(g.statics_held[j]);
+    if (g.static_nodes[j] == 0) {  // no node reads it: nothing to copy or patch
+      want.push_back(g.statics_held[j]);
+      continue;
+    }
+    const bool read_there = g.static_nodes[j] <= kPatchNodes && theirs != 0 &&
+                            std::min(__builtin_ctzll(theirs), kAlignBits) >= std::min(__builtin_ctzll(mine), kAlignBits);
+    want.push_back(read_there ? theirs : mine);
+    if (read_there) continue;
+    const CUresult r = d.MemcpyDtoDAsync(mine, theirs, dense_bytes(buf), s);
     if (r != CUDA_SUCCESS) return "copying an argument into the graph's buffer: " + driver_error(r);
+  }
+  if (g.rebind && want != held) {
+    if (const CUresult r = g.rebind->apply(g.exec, want.data(), held.data()); r != CUDA_SUCCESS)
+      return "pointing a graph at an argument: " + driver_error(r);
+    std::copy(want.begin() + g.bound.size(), want.end(), g.statics_held.begin());
+    ++patches_;
+  }
+  CUcontext ctx = nullptr;
+  for (const ResultCopy& oc : g.copies) {
+    at::Tensor out = at::empty_strided(oc.like.sizes(), oc.like.strides(), oc.like.options());
+    CUDA_MEMCPY3D p = oc.params;
+    p.dstDevice = reinterpret_cast<CUdeviceptr>(out.data_ptr());
+    CUresult r = ctx ? CUDA_SUCCESS : d.CtxGetCurrent(&ctx);
+    if (r == CUDA_SUCCESS) r = d.GraphExecMemcpyNodeSetParams(g.exec, oc.node, &p, ctx);
+    if (r != CUDA_SUCCESS) return "pointing a graph's result copy at a fresh tensor: " + driver_error(r);
+    f.slots[oc.slot] = std::move(out);
   }
   if (const CUresult r = d.GraphLaunch(g.exec, s); r != CUDA_SUCCESS)
     return "cuGraphLaunch: " + driver_error(r);
   for (const auto& [slot, t] : g.outputs) {
+    if (f.slots[slot].defined()) continue;  // copied by the graph
     if (!t.is_non_overlapping_and_dense()) {
       f.slots[slot] = at::clone(t);
       continue;
@@ -223,7 +274,10 @@ bool SpecGraphs::replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* ou
     // call's arguments do not overlap (the capture's did not).
     if (movable == graphs_.end() || !disjoint(k.ptrs, extents_of(c, k))) return false;
     Graph& g = **movable;
-    if (const CUresult r = g.rebind->apply(g.exec, k.ptrs.data()); r != CUDA_SUCCESS) {
+    c10::SmallVector<uint64_t, 32> want(k.ptrs.begin(), k.ptrs.end()), held(g.bound.begin(), g.bound.end());
+    want.append(g.statics_held.begin(), g.statics_held.end());
+    held.append(g.statics_held.begin(), g.statics_held.end());
+    if (const CUresult r = g.rebind->apply(g.exec, want.data(), held.data()); r != CUDA_SUCCESS) {
       // Some nodes may hold the new addresses and some the old: the graph is no longer one to launch.
       bind_why_ = "rebinding a graph failed (" + driver_error(r) + "); its key captures again";
       graphs_.erase(movable);
@@ -254,12 +308,15 @@ bool SpecGraphs::should_capture(const Keyed& k) {
 
 namespace {
 
-// Runs the program under stream capture on `side`; the graph in *graph, or the error.
+// Runs the program under stream capture on `side`, then copies each dense result into a buffer of
+// the capture's own (the copy nodes a replay points at its fresh tensors: `targets`, per result
+// slot, an undefined tensor where there is none); the graph in *graph, or the error.
 std::string run_captured(const LoadedModule& mod, int32_t spec, trd_frame& f, const trd_leaf* leaves,
-                         int64_t* out_ints, int device, CUstream side, CUgraph* graph) {
+                         int64_t* out_ints, int device, CUstream side, CUgraph* graph,
+                         std::vector<std::pair<int32_t, at::Tensor>>* targets) {
   const auto& d = cuda::driver();
   bool ran = false;
-  CUresult began, ended = CUDA_SUCCESS;
+  CUresult began, ended = CUDA_SUCCESS, copied = CUDA_SUCCESS;
   {
     cuda::CurrentStreamIs on_side(device, side);
     began = d.StreamBeginCapture(side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
@@ -267,12 +324,47 @@ std::string run_captured(const LoadedModule& mod, int32_t spec, trd_frame& f, co
       t_in_capture = true;
       ran = mod.run(spec, f, leaves, out_ints);
       t_in_capture = false;
+      for (int32_t s = 0; ran && copied == CUDA_SUCCESS && s < mod.num_slots(spec); ++s) {
+        const at::Tensor& t = f.slots[s];
+        if (!t.defined() || !t.is_cuda() || t.numel() == 0 || !t.is_non_overlapping_and_dense()) continue;
+        at::Tensor to = at::empty_strided(t.sizes(), t.strides(), t.options());
+        copied = d.MemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(to.data_ptr()),
+                                   reinterpret_cast<CUdeviceptr>(t.data_ptr()), dense_bytes(t), side);
+        targets->emplace_back(s, std::move(to));
+      }
       ended = d.StreamEndCapture(side, graph);
     }
   }
   if (began != CUDA_SUCCESS) return "cuStreamBeginCapture: " + driver_error(began);
   if (!ran) return "the program failed under stream capture: " + first_line(f.error);
+  if (copied != CUDA_SUCCESS) return "copying a result under stream capture: " + driver_error(copied);
   if (ended != CUDA_SUCCESS || !*graph) return "cuStreamEndCapture: " + driver_error(ended);
+  return {};
+}
+
+// The copy nodes of `graph` that copy each result of `outputs` to its target (run_captured), in
+// `copies`; a result whose node is not found is left to the host's copy after the launch.
+std::string find_result_copies(CUgraph graph, const std::vector<std::pair<int32_t, at::Tensor>>& outputs,
+                               const std::vector<std::pair<int32_t, at::Tensor>>& targets,
+                               std::vector<ResultCopy>* copies) {
+  const auto& d = cuda::driver();
+  size_t n = 0;
+  if (d.GraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS) return "cuGraphGetNodes failed";
+  std::vector<CUgraphNode> nodes(n);
+  if (d.GraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return "cuGraphGetNodes failed";
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type;
+    CUDA_MEMCPY3D p{};
+    if (d.GraphNodeGetType(node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_MEMCPY ||
+        d.GraphMemcpyNodeGetParams(node, &p) != CUDA_SUCCESS || p.dstMemoryType != CU_MEMORYTYPE_DEVICE)
+      continue;
+    for (const auto& [slot, to] : targets) {
+      if (p.dstDevice != reinterpret_cast<CUdeviceptr>(to.data_ptr())) continue;
+      auto out = std::find_if(outputs.begin(), outputs.end(), [&, slot = slot](const auto& o) { return o.first == slot; });
+      if (out != outputs.end() && p.srcDevice == reinterpret_cast<CUdeviceptr>(out->second.data_ptr()))
+        copies->push_back({slot, node, p, out->second});
+    }
+  }
   return {};
 }
 
@@ -284,19 +376,21 @@ void discard(CUgraph* graph, trd_frame& f) {
   f.error_kind = trd_frame::ErrorKind::kRuntime;
 }
 
-// Runs the program under capture with each bound argument moved by `times` times its shift
-// (graph_rebind.h), the other arguments as `args` has them; the graph in *out, or the error. The
-// frame's slots are emptied after.
+// Runs the program under capture with each rebindable argument (`movable`: the bound leaves, then
+// the copied ones, whose tensors in `args` are the graph's buffers) moved by `times` times its
+// shift (graph_rebind.h), the other arguments as `args` has them; the graph in *out, or the error.
+// The frame's slots are emptied after.
 std::string capture_moved(const LoadedModule& mod, int32_t spec, const SpecGraphs::Call& c, const SpecGraphs::Keyed& k,
-                          const c10::SmallVector<const at::Tensor*, 32>& args, uint64_t times, trd_frame& f,
-                          CUstream side, int32_t nout_ints, CUgraph* out) {
+                          const c10::SmallVector<const at::Tensor*, 32>& args,
+                          const c10::SmallVector<int32_t, 32>& movable, uint64_t times, trd_frame& f, CUstream side,
+                          int32_t nout_ints, CUgraph* out) {
   c10::SmallVector<trd_leaf, 32> leaves(c.leaves, c.leaves + c.nleaves);
   std::vector<at::Tensor> fakes;
-  fakes.reserve(k.bound.size());
+  fakes.reserve(movable.size());
   c10::SmallVector<const at::Tensor*, 32> moved(args.begin(), args.end());
-  for (size_t j = 0; j < k.bound.size(); ++j) {
-    const int32_t leaf = k.bound[j];
-    const at::Tensor& t = *c.args[leaf];
+  for (size_t j = 0; j < movable.size(); ++j) {
+    const int32_t leaf = movable[j];
+    const at::Tensor& t = *args[leaf];
     const uint64_t shift = times * shift_of(j);
     leaves[leaf].data_ptr += shift;
     // Never dereferenced: nothing runs under capture. The device is named, so PyTorch does not ask
@@ -313,7 +407,8 @@ std::string capture_moved(const LoadedModule& mod, int32_t spec, const SpecGraph
   const at::Tensor* const* before = f.args;
   f.args = moved.data();
   c10::SmallVector<int64_t, 16> ints(static_cast<size_t>(std::max(nout_ints, 1)));  // discarded
-  const std::string why = run_captured(mod, spec, f, leaves.data(), ints.data(), k.device, side, out);
+  std::vector<std::pair<int32_t, at::Tensor>> targets;  // discarded with the graph's other memory
+  const std::string why = run_captured(mod, spec, f, leaves.data(), ints.data(), k.device, side, out, &targets);
   for (int32_t s = 0; s < mod.num_slots(spec); ++s) f.slots[s].reset();
   f.args = before;
   return why;
@@ -350,15 +445,19 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   f.args = args.data();
   f.keeps_buffers = false;  // module-kept buffers are memory other runs use: the graph's are its pool's
   CUgraph graph = nullptr;
-  std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph);
+  std::vector<std::pair<int32_t, at::Tensor>> targets;
+  std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph, &targets);
   const int32_t nslots = mod.num_slots(spec);
   for (int32_t s = 0; s < nslots; ++s)
     if (f.slots[s].defined()) g->outputs.emplace_back(s, std::move(f.slots[s]));
-  // The same program twice more with the bound arguments moved, for the rebind plan (graph_rebind.h).
+  // The same program twice more with the bound arguments and the copied arguments' buffers moved,
+  // for the rebind plan (graph_rebind.h): the bound ones first, in k.bound's order.
   std::vector<RebindArg> moved_args;
+  c10::SmallVector<int32_t, 32> movable(k.bound.begin(), k.bound.end());
+  for (const auto& [leaf, buf] : g->statics) movable.push_back(leaf);
   CUgraph moved[2] = {nullptr, nullptr};
   std::string bind_why;  // why this graph will not rebind
-  if (why.empty() && !k.bound.empty()) {
+  if (why.empty() && !movable.empty()) {
     const c10::SmallVector<uint64_t, 32> extents = extents_of(c, k);
     if (!disjoint(k.ptrs, extents)) {
       bind_why = "its tensor arguments overlap";
@@ -366,9 +465,11 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
       bind_why = "no way to read the private pool's segments (trident._compat.private_pool_api)";
     } else {
       for (size_t j = 0; j < k.bound.size(); ++j) moved_args.push_back({k.ptrs[j], extents[j], shift_of(j)});
+      for (const auto& [leaf, buf] : g->statics)
+        moved_args.push_back({reinterpret_cast<uint64_t>(buf.data_ptr()), extent_bytes(buf), shift_of(moved_args.size())});
       for (uint64_t times = 1; times <= 2 && bind_why.empty(); ++times) {
         CUgraph& m = moved[times - 1];
-        if (std::string no = capture_moved(mod, spec, c, k, args, times, f, side, nout_ints, &m); !no.empty()) {
+        if (std::string no = capture_moved(mod, spec, c, k, args, movable, times, f, side, nout_ints, &m); !no.empty()) {
           bind_why = "the program with its arguments moved: " + no;
           discard(&m, f);
         }
@@ -406,7 +507,16 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   }
   for (CUgraph m : moved)
     if (m) cuda::driver().GraphDestroy(m);
-  if (g->rebind) g->graph = graph;  // the plan names its nodes
+  if (why.empty()) {
+    if (std::string no = find_result_copies(graph, g->outputs, targets, &g->copies); !no.empty()) why = no;
+    for (auto& [slot, to] : targets) g->capture_targets.push_back(std::move(to));
+    for (size_t j = 0; j < g->statics.size(); ++j) {
+      g->statics_held.push_back(reinterpret_cast<uint64_t>(g->statics[j].second.data_ptr()));
+      g->static_nodes.push_back(g->rebind ? g->rebind->nodes_holding(static_cast<uint32_t>(k.bound.size() + j))
+                                          : SIZE_MAX);
+    }
+  }
+  if (g->rebind || !g->copies.empty()) g->graph = graph;  // the plan and the copies name its nodes
   else if (graph) cuda::driver().GraphDestroy(graph);
   graph = nullptr;
   if (!why.empty()) {
@@ -415,7 +525,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
     stop(why);
     return false;
   }
-  bind_why_ = bind_why;
+  bind_why_ = k.bound.empty() ? std::string() : bind_why;  // copied arguments alone: copied, never keyed
   g->bound = k.ptrs;
   g->out_ints.assign(out_ints, out_ints + nout_ints);
   g->state_id = c.state_id;

@@ -16,8 +16,12 @@
 //     instead (a call with other addresses counts towards a capture of its own), and explain says
 //     why; so are arguments whose extents overlap.
 //   - Copied arguments. A tensor leaf the program does not write (the spec's `writes`), dense and at
-//     most kCopyBytes, is keyed without its data pointer: the graph reads a static buffer of its
-//     own, and each replay first copies the caller's tensor into it (a decode step's new token ids).
+//     most kCopyBytes, is keyed without its data pointer (a decode step's new token ids): the graph
+//     was captured reading a buffer of its own. Where at most kPatchNodes nodes hold the buffer's
+//     address (the rebind plan says which) and the caller's tensor is aligned as the buffer, a
+//     replay points those nodes at the caller's tensor (only when its address changed: patches);
+//     where the plan shows no node reading it, nothing; otherwise it first copies the caller's
+//     tensor into the buffer.
 //   - When. A key is captured at its kRepeats-th call among the spec's recent calls without a graph
 //     (kRecentKeys keys counted; earlier calls have settled the sites' own plans: cuBLASLt's checked
 //     algorithm, recorded launches; interleaved keys, two batch sizes, each count), only where
@@ -32,7 +36,9 @@
 //     an op that refuses capture) stops graphs for the spec, with its reason; the call then runs as
 //     without graphs.
 //   - Results. A replay's results are fresh tensors, copies of the graph's own (the next replay
-//     overwrites those); integer results are the capture run's, which the key fixes. A program whose
+//     overwrites those): a dense result is copied by a copy node the capture appended to the graph,
+//     its destination pointed at the fresh tensor before each launch (no copy issued by the host);
+//     any other by ATen after the launch. Integer results are the capture run's, which the key fixes. A program whose
 //     results share memory with an argument, module state or each other is not replayed (its
 //     results could not be copied faithfully): graphs stop for the spec, with the reason.
 #pragma once
@@ -60,7 +66,7 @@ bool in_graph_capture();
 
 // Graph-mode counters of one module (counters()).
 struct GraphStats {
-  int64_t graphs = 0, captures = 0, replays = 0, rebinds = 0;
+  int64_t graphs = 0, captures = 0, replays = 0, rebinds = 0, patches = 0;
 };
 
 // One spec's graphs. Used under the module's run lock (the bindings' run_spec).
@@ -69,6 +75,7 @@ class SpecGraphs {
   static constexpr int kRepeats = 3;
   static constexpr int kMaxGraphs = 4;
   static constexpr int64_t kCopyBytes = 1 << 16;
+  static constexpr size_t kPatchNodes = 4;
   static constexpr size_t kRecentKeys = 8;
   static constexpr int kAlignBits = 9;  // 512 bytes: every block of PyTorch's caching allocator
 
@@ -129,7 +136,7 @@ class SpecGraphs {
   std::list<std::pair<Key, int>> recent_;  // keys of recent calls without a graph, with their counts
   bool stopped_ = false;
   std::string why_, bind_why_;
-  int64_t captures_ = 0, replays_ = 0, rebinds_ = 0;
+  int64_t captures_ = 0, replays_ = 0, rebinds_ = 0, patches_ = 0;
 };
 
 }  // namespace trident::runtime

@@ -361,12 +361,12 @@ PyObject* scm_explain_call(PyObject* py_self, PyObject* const* args, size_t narg
   }
 }
 
-// select(*args, **kwargs): the compiled decision program's choice (a selector still compiling is
-// waited for); select_by_guards: the choice of the guards interpreted in spec order, as a module
-// makes it while its selector compiles.
+// select(*args, **kwargs): the module's choice, as a call would make it (by the compiled selector,
+// or by interpreted guards while it compiles: counters() first to be sure of the compiled one);
+// select_by_guards: the choice of the guards interpreted in spec order.
 PyObject* scm_select(PyObject* py_self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
-  if (!install_selector(st, /*wait=*/true)) return nullptr;
+  if (st->pending_selector && !install_selector(st, /*wait=*/false)) return nullptr;
   FlatArgs flat;
   if (!flatten_args(args, PyVectorcall_NARGS(nargsf), kwnames, flat) || !st->loaded) return PyLong_FromLong(-1);
   trd_call call = make_call(flat);

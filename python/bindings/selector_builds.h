@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -42,9 +43,9 @@ class SelectorBuild {
   codegen::BuiltModule built_;
   std::string error_;
   pid_t pid_ = 0;
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // for wait(); done_ is read without it (a forked child may find it held)
   mutable std::condition_variable cv_;
-  bool done_ = false;
+  std::atomic<bool> done_{false};  // set after built_ and error_, released
 };
 
 // Waits (up to a minute) for every build still running: registered with Py_AtExit, so that no

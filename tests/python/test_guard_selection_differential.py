@@ -397,6 +397,7 @@ def build_module(rng: random.Random, pool: dict[int, list[Sig]], nspecs: int, st
         scm.add_spec(spec_text(structure, guards))
         mirror.add(structure, guards)
         texts.append((structure, guards))
+    scm.counters()  # waits for the selector still compiling: select() then runs the compiled one
     return scm, mirror, templates, bases, texts
 
 
@@ -498,6 +499,7 @@ def _scm(*specs):
     scm = _C.SCM(_no_miss)
     for structure, guards in specs:
         scm.add_spec(spec_text(structure, guards))
+    scm.counters()  # waits for the selector still compiling: select() then runs the compiled one
     return scm
 
 

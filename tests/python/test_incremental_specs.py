@@ -103,3 +103,35 @@ def test_a_selector_that_does_not_compile_leaves_the_guards_interpreted(tmp_path
     said = [str(w.message) for w in caught if "decision program did not compile" in str(w.message)]
     assert said and "no selector today" in said[0], [str(w.message) for w in caught]
     assert (c["specializations"], c["hits"], c["interpreted_selects"]) == (2, 2, 3), c
+
+
+def test_a_forked_child_builds_again_the_selector_its_parent_was_compiling(tmp_path, monkeypatch):
+    """A fork does not copy the parent's build thread: the child starts its own build of that
+    selector (SelectorBuild::orphaned) and selects by guards until it is done."""
+    import os
+    import time
+    gate = tmp_path / "gate"
+    _selector_compiler(tmp_path, monkeypatch, f"while [ ! -e '{gate}' ]; do sleep 0.02; done")
+    fast = trident.compile(scale, dynamic=False)
+    x = torch.ones(3)
+    for n in (1, 2):
+        assert torch.equal(fast(x, n), scale(x, n))
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        code = 1
+        try:
+            same = all(torch.equal(fast(x, n), scale(x, n)) for n in (2, 1))
+            c = trident.counters(fast)  # waits for the child's own build, released by the gate
+            code = 0 if same and (c["hits"], c["specializations"]) == (2, 2) and c["background_compile_seconds"] > 0 else 2
+        finally:
+            os._exit(code)
+    gate.write_text("")
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child did not finish")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert trident.counters(fast)["specializations"] == 2

@@ -31,6 +31,7 @@ def _reference(ranges) -> bool:
 def _scm(text):
     scm = _C.SCM(lambda *a, **k: None)
     scm.add_spec(text)
+    scm.counters()  # waits for the selector still compiling: select() then runs the compiled one
     return scm
 
 

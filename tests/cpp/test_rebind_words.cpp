@@ -50,3 +50,20 @@ TEST(pool_memory_constants_and_unrelated_bytes_are_left_alone) {
   CHECK(kind(64, 64, 64) == Word::kUnmoved);
   CHECK(kind(0x7ffc00000927ull, 0x7ffc000009a9ull, 0x7ffc00000a2bull) == Word::kNoShift);
 }
+
+// A copied argument of a replay (spec_graphs.h): the buffer at a 512-aligned address, at most four
+// nodes pointed elsewhere, alignment compared up to 2^9.
+TEST(a_copied_argument_is_read_in_place_only_where_few_nodes_hold_it_and_it_is_as_aligned) {
+  using trident::runtime::copied_argument;
+  using trident::runtime::CopiedArgument;
+  const uint64_t buffer = 0x7e0000000200ull, fresh = 0x7f0000400000ull;
+  CHECK(copied_argument(0, fresh, buffer, 4, 9) == CopiedArgument::kNothing);           // nothing reads it
+  CHECK(copied_argument(1, fresh, buffer, 4, 9) == CopiedArgument::kPointAt);
+  CHECK(copied_argument(4, fresh, buffer, 4, 9) == CopiedArgument::kPointAt);
+  CHECK(copied_argument(5, fresh, buffer, 4, 9) == CopiedArgument::kCopyIn);            // too many nodes
+  CHECK(copied_argument(SIZE_MAX, fresh, buffer, 4, 9) == CopiedArgument::kCopyIn);     // no rebind plan
+  CHECK(copied_argument(1, fresh + 16, buffer, 4, 9) == CopiedArgument::kCopyIn);       // 16-byte aligned only
+  CHECK(copied_argument(1, fresh + 0x1000, buffer, 4, 9) == CopiedArgument::kPointAt);  // more aligned than needed
+  CHECK(copied_argument(1, 0, buffer, 4, 9) == CopiedArgument::kCopyIn);                // an empty tensor's null
+  CHECK(copied_argument(1, fresh + 16, buffer + 16, 4, 9) == CopiedArgument::kPointAt); // as aligned as the buffer
+}

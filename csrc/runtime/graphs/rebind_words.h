@@ -4,6 +4,8 @@
 // that they are tested on any machine (tests/python/test_graph_rebind_cpu.py).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -76,5 +78,19 @@ struct WordClassifier {
     return small_multiple(unit & 0xffffffffull) || small_multiple((unit & 0xffffffffull) << 32);
   }
 };
+
+// What a replay does with a copied argument (spec_graphs.h: Copied arguments), from the number of
+// nodes holding its buffer's address (SIZE_MAX: unknown, the graph has no rebind plan), the
+// caller's address and the buffer's: nothing when no node reads it; point those nodes at the
+// caller's tensor when they are at most `max_nodes` and the caller's address is aligned as the
+// buffer's up to 2^align_bits (what the capture's kernels may have assumed); else copy it in.
+enum class CopiedArgument { kNothing, kPointAt, kCopyIn };
+
+inline CopiedArgument copied_argument(size_t nodes, uint64_t theirs, uint64_t mine, size_t max_nodes, int align_bits) {
+  if (nodes == 0) return CopiedArgument::kNothing;
+  auto alignment = [&](uint64_t p) { return p == 0 ? align_bits : std::min(__builtin_ctzll(p), align_bits); };
+  if (nodes <= max_nodes && theirs != 0 && alignment(theirs) >= alignment(mine)) return CopiedArgument::kPointAt;
+  return CopiedArgument::kCopyIn;
+}
 
 }  // namespace trident::runtime

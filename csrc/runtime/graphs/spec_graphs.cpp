@@ -205,14 +205,9 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, trd_frame& f, int64_t* o
     const auto theirs = reinterpret_cast<uint64_t>(c.args[k]->data_ptr());
     const auto mine = reinterpret_cast<uint64_t>(buf.data_ptr());
     held.push_back(g.statics_held[j]);
-    if (g.static_nodes[j] == 0) {  // no node reads it: nothing to copy or patch
-      want.push_back(g.statics_held[j]);
-      continue;
-    }
-    const bool read_there = g.static_nodes[j] <= kPatchNodes && theirs != 0 &&
-                            std::min(__builtin_ctzll(theirs), kAlignBits) >= std::min(__builtin_ctzll(mine), kAlignBits);
-    want.push_back(read_there ? theirs : mine);
-    if (read_there) continue;
+    const CopiedArgument what = copied_argument(g.static_nodes[j], theirs, mine, kPatchNodes, kAlignBits);
+    want.push_back(what == CopiedArgument::kNothing ? g.statics_held[j] : what == CopiedArgument::kPointAt ? theirs : mine);
+    if (what != CopiedArgument::kCopyIn) continue;
     const CUresult r = d.MemcpyDtoDAsync(mine, theirs, dense_bytes(buf), s);
     if (r != CUDA_SUCCESS) return "copying an argument into the graph's buffer: " + driver_error(r);
   }

@@ -78,8 +78,10 @@ def main():
                 rows.append((run, pos, what if run == "cold" else what.replace("kernel compiled now",
                                                                           "kernels already compiled"), s))
             c = trident.counters(fast)
-            rows.append((run, "-", f"specializations {c['specializations']}, C compile "
-                                   f"{c['compile_seconds']:.2f} s in all", None))
+            rows.append((run, "-", f"specializations {c['specializations']}; in all: capture "
+                                   f"{c['capture_seconds']:.2f} s, lowering {c['lowering_seconds']:.2f} s (Triton "
+                                   f"compile {c['triton_compile_seconds']:.2f}), C compile {c['compile_seconds']:.2f} s",
+                         None))
     growth = added_specializations(trident, device, on_cpu)
     where = "sm_90 compile on CPU" if on_cpu else device
     print(f"compile latency, {opts.layers}-layer decoder ({where}), s")
@@ -121,7 +123,7 @@ def added_specializations(trident, device, on_cpu, count=65):
         assert c["specializations"] == n, c
         out.append({"held": n - 1, "total": total, "capture": delta["capture_seconds"],
                     "lowering": delta["lowering_seconds"],
-                    "compile": delta["compile_seconds"] - delta["background_compile_seconds"],
+                    "compile": max(0.0, delta["compile_seconds"] - delta["background_compile_seconds"]),
                     "load": delta["load_seconds"], "selector": delta["background_compile_seconds"]})
     return out
 

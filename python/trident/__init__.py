@@ -128,7 +128,8 @@ def counters(compiled) -> dict:
     by one graph launch), graph_rebinds (replays that first rewrote a graph for new argument
     addresses, such as a new KV cache), graph_patches (replays that pointed a graph at a small
     read-only argument where the caller has it, instead of copying it into the graph's buffer). Where a miss's time went, summed over misses: capture_seconds
-    (torch.export), lowering_seconds (to host IR, Triton compiles included), compile_seconds (the C
+    (torch.export), lowering_seconds (to host IR, Triton compiles included: triton_compile_seconds
+    is the part spent in triton.compile), compile_seconds (the C
     compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects
     built or loaded from the cache, one per specialization added (the others are reused). A miss
     does not wait for its decision program's compile: background_compile_seconds is the part of
@@ -139,5 +140,6 @@ def counters(compiled) -> dict:
     split = c._split_route.counters() if c._split_route is not None else \
         {"split_calls": 0, "split_pieces": 0, "split_piece_hits": 0, "split_piece_fallbacks": 0}
     return {**c.scm.counters(), "capture_seconds": c.capture_seconds, "lowering_seconds": c.lowering_seconds,
+            "triton_compile_seconds": c.triton_compile_seconds,
             "captures": c.captures, "artifact_loads": c.artifact_loads, "artifacts_rejected": c.artifacts_rejected,
             **split}

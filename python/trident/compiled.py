@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from . import _C, _compat, aliasing, arg_objects, python_kernels
 from .config import Options
 from .errors import CaptureRaisedError, MissPolicyError, UnsupportedError
+from .lowering import triton_specialize
 from .lowering.lower import StateRef, lower, state_key
 
 log = logging.getLogger("trident")
@@ -480,6 +481,7 @@ class CompiledFunction:
         self._floats_said: set = set()  # names of floats said not to be run-time values (_lower)
         self.capture_seconds = 0.0   # in torch.export (Dynamo, decompositions), all captures
         self.lowering_seconds = 0.0  # in the lowering to host IR (Triton kernels' compiles included)
+        self.triton_compile_seconds = 0.0  # of lowering_seconds, in triton.compile
         scm = _C.SCM(_outside_dynamo(self._on_miss), _outside_dynamo(self._on_state_change),
                      reuse_outputs=options.reuse_outputs, graphs=options.graphs)
         self._scm = weakref.ref(scm)
@@ -964,7 +966,7 @@ class CompiledFunction:
         key = capture_key(structure, leaves, marks, torch.is_grad_enabled())
 
         def lowered_from(program):
-            t0 = time.perf_counter()
+            t0, triton0 = time.perf_counter(), triton_specialize.triton_compile_seconds()
             try:
                 lowered = lower(program, structure, leaves, leaf_of_input, torch.is_grad_enabled(), self._state_index,
                                 leaf_values, pre_state=pre_state, state_prefix=state_prefix)
@@ -977,6 +979,7 @@ class CompiledFunction:
                 return lowered
             finally:
                 self.lowering_seconds += time.perf_counter() - t0
+                self.triton_compile_seconds += triton_specialize.triton_compile_seconds() - triton0
 
         # A call whose data took a branch no specialization was traced for is captured anew: the
         # capture of the same key holds the other branch.

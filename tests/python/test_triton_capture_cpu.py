@@ -8,7 +8,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from fake_cuda import capture_as_sm90
+from fake_cuda import capture_as_sm90, keep_ptx
 from tutorial_kernels import add_kernel, scale_selected_rows, scaled_copy_kernel, scaled_copy_then_add
 
 import trident
@@ -288,3 +288,16 @@ def test_a_data_dependent_size_is_a_native_grid_and_an_unspecialized_kernel_argu
     assert not [line for line in text.splitlines() if line.strip().startswith("guard") and "u0" in line]
     assert isinstance(lowered.kernel_notes[0][2][0], str)  # explain shows the grid's expression
 
+
+
+def test_the_lowering_reports_its_triton_compiles_apart(monkeypatch):
+    """counters()' triton_compile_seconds: the part of lowering_seconds spent in triton.compile,
+    nothing when the kernel was compiled before (issue 29's split of the time to a first result)."""
+    keep_ptx(monkeypatch)  # trident's record of compiled kernels starts empty: triton.compile runs
+    x, y = torch.randn(4096), torch.randn(4096)
+    first = trident.controller(trident.compile(vector_add))
+    first.lower_call(x, y)
+    assert 0.0 < first.triton_compile_seconds <= first.lowering_seconds
+    again = trident.controller(trident.compile(vector_add))
+    again.lower_call(x, y)
+    assert again.triton_compile_seconds == 0.0 < again.lowering_seconds

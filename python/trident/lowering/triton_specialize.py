@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import time
 import types
 
 import triton
@@ -366,12 +368,26 @@ def _option_names(target: GPUTarget) -> tuple:
     return tuple(_backend(target).parse_options({}).__dict__)
 
 
+# Seconds this thread spent in triton.compile (its disk cache's hits included): the lowering reads
+# it before and after, to report the Triton compiles apart (counters' triton_compile_seconds).
+_TRITON_TIME = threading.local()
+
+
+def triton_compile_seconds() -> float:
+    """Seconds the calling thread has spent in triton.compile so far."""
+    return getattr(_TRITON_TIME, "seconds", 0.0)
+
+
 def _compiled(fn, signature, constexprs, attrs, target, opts, cache_key):
     key = (fn.cache_key, str(target), cache_key, repr(sorted(opts.items())), repr(sorted(signature.items())),
            repr(sorted(constexprs.items())), repr(sorted(attrs.items())))
     ck = _COMPILED.get(key)
     if ck is None:
-        full = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=opts)
+        t0 = time.perf_counter()
+        try:
+            full = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=opts)
+        finally:
+            _TRITON_TIME.seconds = triton_compile_seconds() + time.perf_counter() - t0
         ck = types.SimpleNamespace(metadata=full.metadata, asm={"cubin": full.asm["cubin"]})
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.clear()

@@ -40,7 +40,7 @@ _state.install_hooks()
 
 
 def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "compile",
-            dynamic: bool | None = None, reuse_outputs: bool = False, graphs: bool = False,
+            dynamic: bool | None = None, reuse_outputs: bool = False, graphs: bool | None = None,
             fullgraph: bool = False):
     """Compile `fn` (a function or nn.Module) into a native callable.
 
@@ -51,10 +51,11 @@ def compile(fn=None, *, max_specializations: int | None = None, on_miss: str = "
     `max_specializations`, `reuse_outputs`, `graphs` and `fullgraph`). A call that cannot be captured
     as one program runs split at its graph breaks, each piece native (fullgraph=True raises
     instead). Usable as a decorator, with or without arguments."""
-    kw = {"on_miss": on_miss, "dynamic": dynamic, "reuse_outputs": reuse_outputs, "graphs": graphs,
-          "fullgraph": fullgraph}
+    kw = {"on_miss": on_miss, "dynamic": dynamic, "reuse_outputs": reuse_outputs, "fullgraph": fullgraph}
     if max_specializations is not None:
         kw["max_specializations"] = max_specializations
+    if graphs is not None:  # None: Options' default (TRIDENT_GRAPHS)
+        kw["graphs"] = graphs
     options = Options(**kw)
     if fn is None:
         return lambda f: compile(f, max_specializations=max_specializations, on_miss=on_miss, dynamic=dynamic,

@@ -31,8 +31,21 @@ from dataclasses import dataclass
 #   at a new address no longer replay cuBLASLt's launches (the HF Llama at batch 1: 26% fewer
 #   tokens/s, benchmarks/NOTES.md session 9). Read once, by the native runtime; kept_bytes()
 #   rejects a malformed value at import.
+# TRIDENT_GRAPHS: "1" makes graph mode (Options.graphs) the default of trident.compile and of the
+#   backend's options, "0" (default) leaves it off; an explicit graphs= wins. Read once, at import:
+#   how a whole test suite or benchmark runs under graph mode without editing it.
 
 ON_MISS_POLICIES = ("compile", "error", "eager")
+
+
+def _graphs_default() -> bool:
+    raw = os.environ.get("TRIDENT_GRAPHS", "0")
+    if raw not in ("0", "1"):
+        raise ValueError(f"TRIDENT_GRAPHS must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+GRAPHS_DEFAULT = _graphs_default()
 
 
 @dataclass(frozen=True)
@@ -61,13 +74,15 @@ class Options:
         memory, so a returned tensor used on another stream must stay referenced until that stream
         is done with it, and a result's _version continues from its last use
         (csrc/runtime/memory/buffer_reuse.h).
-    graphs: False (default), or True: on CUDA, a specialization called a third time in a row with the
-        same arguments (the same tensors by address, sizes and strides; the same ints and floats) is
-        captured as one CUDA graph, and each later such call replays it with one graph launch after
-        the native guards, instead of launching its kernels one by one (csrc/runtime/graphs/spec_graphs.h).
-        Small tensors the program only reads (token ids) are copied into the graph's own buffers,
-        so their address may change; in-place writes (a KV cache) land in the caller's tensors. A
-        replay returns fresh tensors, as a call without graphs does. The graph's intermediates stay
+    graphs: False (default; TRIDENT_GRAPHS=1 makes it True), or True: on CUDA, a specialization
+        called a third time with the same arguments (tensors by sizes, strides and address
+        alignment; the same ints and floats) is captured as one CUDA graph, and each later such call
+        replays it with one graph launch after the native guards, instead of launching its kernels
+        one by one (csrc/runtime/graphs/spec_graphs.h). Tensors at new addresses (a new KV cache, new
+        token ids) are pointed at by the graph's nodes before the launch, or, for a small tensor
+        the program only reads that many nodes hold, copied into the graph's own buffer; in-place
+        writes (a KV cache) land in the caller's tensors. A replay returns fresh tensors, as a call
+        without graphs does. The graph's intermediates stay
         allocated while it lives (in a private pool, as torch.cuda.graph's), at most 4 graphs per
         specialization. A specialization whose program cannot be captured (it computes on the CPU,
         synchronizes with the host, or returns memory an argument shares) runs as without graphs;
@@ -81,7 +96,7 @@ class Options:
     on_miss: str = "compile"
     dynamic: bool | None = None
     reuse_outputs: bool = False
-    graphs: bool = False
+    graphs: bool = GRAPHS_DEFAULT
     fullgraph: bool = False
 
     def __post_init__(self):

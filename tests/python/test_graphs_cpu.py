@@ -2,6 +2,10 @@
 a program that computes on the CPU is marked `graph off` with the tensor and the user's line, runs
 as without graphs with eager's results, and trident.explain says why; the spec's `writes` lists
 exactly the arguments the program writes in place (what graph mode may not copy)."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -47,3 +51,33 @@ def test_without_graphs_explain_says_nothing_of_them():
     fast = trident.compile(accumulate)
     fast(torch.ones(2), torch.zeros(2))
     assert "CUDA graph" not in "\n".join(l for l in trident.explain(fast).splitlines() if not l.startswith("      "))
+
+
+GRAPHS_DEFAULT_CHECK = """
+import torch, trident
+print(trident.controller(trident.compile(lambda x: x + 1)).options.graphs,
+      trident.controller(trident.compile(lambda x: x + 1, graphs=False)).options.graphs,
+      trident.controller(trident.compile(lambda x: x + 1, graphs=True)).options.graphs,
+      trident.Options().graphs)
+"""
+
+
+@pytest.mark.parametrize("env, expected", [(None, "False False True False"), ("0", "False False True False"),
+                                           ("1", "True False True True")])
+def test_trident_graphs_sets_the_default_and_an_explicit_graphs_wins(env, expected):
+    """TRIDENT_GRAPHS=1 (read once, at import) makes graph mode the default of trident.compile and of
+    the backend's options (trident.Options): how a whole suite runs under graph mode."""
+    environ = {k: v for k, v in os.environ.items() if k != "TRIDENT_GRAPHS"}
+    if env is not None:
+        environ["TRIDENT_GRAPHS"] = env
+    r = subprocess.run([sys.executable, "-c", GRAPHS_DEFAULT_CHECK], capture_output=True, text=True, timeout=300,
+                       env=environ)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[-2] == expected
+
+
+def test_a_malformed_trident_graphs_fails_at_import():
+    r = subprocess.run([sys.executable, "-c", "import trident"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "TRIDENT_GRAPHS": "yes"})
+    assert r.returncode != 0
+    assert "TRIDENT_GRAPHS must be 0 or 1, got 'yes'" in r.stderr

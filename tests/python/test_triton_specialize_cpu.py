@@ -14,6 +14,7 @@ from tutorial_kernels import _layer_norm_fwd_fused, add_kernel, matmul_kernel
 import torch
 import triton
 import triton.language as tl
+from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.driver import make_launcher
 
 from trident.lowering import triton_specialize as ts
@@ -436,3 +437,74 @@ def test_unwrap_kernel_stacks():
         ts.unwrap_kernel(triton.autotune(configs=[], key=[])(tuned))
     with pytest.raises(TypeError, match="JITFunction"):
         ts.specialize(tuned, specs(add_values(16)))
+
+
+# --------------------------------------------------------------------------- host-side tensor descriptors
+
+
+@triton.jit
+def tile_plus_one(in_desc, out_desc, n, BM: tl.constexpr, BN: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    out_desc.store([pid_m * BM, pid_n * BN], in_desc.load([pid_m * BM, pid_n * BN]) + n)
+
+
+def _descriptors():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    x = torch.zeros(256, 512, dtype=torch.float16)
+    return TensorDescriptor.from_tensor(x, [64, 32]), TensorDescriptor.from_tensor(torch.zeros_like(x), [64, 32])
+
+
+@pytest.mark.parametrize("dtype, block", [(torch.float16, [64, 32]), (torch.bfloat16, [1, 128, 64]),
+                                          (torch.float8_e4m3fn, [64, 64]), (torch.float32, [16, 16])])
+def test_a_tensor_descriptor_specializes_as_tritons_binder(dtype, block):
+    """tensordesc<elem[block]>, no key: specialize.cc's answer for a TensorDescriptor, whatever its
+    padding, shape or strides."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    base = torch.zeros(*[2 * b for b in block]).to(dtype)
+    for desc in (TensorDescriptor.from_tensor(base, block),
+                 TensorDescriptor(base, list(base.shape), list(base.stride()), block, padding="nan")):
+        spec = ts.argspec_from_value("d", desc)
+        assert (spec.kind, spec.dtype, spec.block_shape) == ("tensordesc", dtype, tuple(block))
+        kp = tile_plus_one.params[0]
+        assert ts._native_specialization(kp, spec, True) == native_specialize_impl(BaseBackend, desc, False, True, True)[:2]
+
+
+def test_a_kernel_taking_tensor_descriptors_compiles_for_sm90_with_tritons_signature_and_launch_layout():
+    """What Triton's JIT would compile (its binder's signature and key, through JITFunction.run), the
+    TMA metadata triton.compile reports, and the launch parameters Triton's launcher expands each
+    descriptor to (make_launcher): a CUtensorMap, then shape (i32) and strides (i64)."""
+    a, b = _descriptors()
+    values = {"in_desc": a, "out_desc": b, "n": 3, "BM": 64, "BN": 32}
+    signature, constexprs, attrs, guards, key = ts.specialize(tile_plus_one, specs(values))
+    ref = triton_reference(tile_plus_one, values)
+    assert (signature, constexprs, attrs, key) == (ref["signature"], ref["constexprs"], ref["attrs"], ref["key"])
+    assert signature["in_desc"] == signature["out_desc"] == "tensordesc<fp16[64, 32]>"
+    assert [(g.name, g.check) for g in guards if g.name.endswith("desc")] == [("in_desc", "dtype"), ("out_desc", "dtype")]
+    ck = ts.compile_kernel_uncached(tile_plus_one, specs(values), GPUTarget("cuda", 90, 32))
+    meta = {"swizzle": 2, "elem_size": 2, "elem_type": 6, "block_size": [64, 32], "fp4_padded": False}
+    assert ck.tensordesc_meta == [meta, meta]
+    assert [(p.name, p.ctype) for p in ck.params[:5]] == [
+        ("in_desc.map", "tmadesc"), ("in_desc.shape0", "i32"), ("in_desc.shape1", "i32"),
+        ("in_desc.stride0", "i64"), ("in_desc.stride1", "i64")]
+    c_types = {"tmadesc": "CUtensorMap", **C_DECL}
+    assert [c_types[p.ctype] for p in ck.params] == \
+        [c for _, c in launcher_params(ref["constexprs"], ref["signature"], ck.tensordesc_meta)]
+
+
+def test_a_descriptor_the_kernel_did_not_lower_to_tma_expands_as_tritons_launcher():
+    """A None metadata entry: base pointer, shape and strides (i64), the padding flag, then shape
+    (i32) and strides (i64) again, as make_launcher's _expand_signature."""
+    signature = {"in_desc": "tensordesc<fp16[64, 32]>", "out_desc": "tensordesc<fp16[64, 32]>", "n": "i32",
+                 "BM": "constexpr", "BN": "constexpr"}
+    meta = {"swizzle": 2, "elem_size": 2, "elem_type": 6, "block_size": [64, 32], "fp4_padded": False}
+    params = ts.runtime_params(tile_plus_one, signature, [None, meta])
+    assert [p.name for p in params[:11]] == [
+        "in_desc.base", "in_desc.shape0", "in_desc.shape1", "in_desc.stride0", "in_desc.stride1", "in_desc.nan",
+        "in_desc.shape0", "in_desc.shape1", "in_desc.stride0", "in_desc.stride1", "out_desc.map"]
+    c_types = {"tmadesc": "CUtensorMap", **C_DECL}
+    assert [c_types[p.ctype] for p in params] == \
+        [c for _, c in launcher_params({(3,): 64, (4,): 32}, signature, [None, meta])]
+    with pytest.raises(ValueError, match="3 tensor descriptors' metadata for 2"):
+        ts.runtime_params(tile_plus_one, signature, [None, meta, meta])

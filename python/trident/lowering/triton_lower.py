@@ -235,6 +235,11 @@ class TritonCall:
                 specs.append(ArgSpec(name, "int", value=None))
             else:
                 specs.append(argspec_from_value(name, v))
+        if any(s.kind == "tensordesc" for s in specs):
+            # triton_specialize compiles for them (tensordesc ArgSpecs, runtime_params' expansion);
+            # the launch does not yet encode their CUtensorMaps
+            self.fail(f"arguments {[s.name for s in specs if s.kind == 'tensordesc']} are host-side tensor "
+                      "descriptors, which trident does not launch natively yet")
         try:
             ck = compile_kernel(self.jit, specs, config.triton_target(), options)
         except TypeError as e:

@@ -29,10 +29,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource, make_backend
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITCallable, JITFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 DEFAULT_TARGET = GPUTarget("cuda", 90, 32)
 
-ARG_KINDS = ("tensor", "int", "float", "bool", "none", "constexpr")
+ARG_KINDS = ("tensor", "tensordesc", "int", "float", "bool", "none", "constexpr")
 
 # specialize.cc classifies a Python int by the first range that holds it.
 _INT_RANGES = (("i32", -2**31, 2**31), ("i64", -2**63, 2**63), ("u64", 0, 2**64))
@@ -52,21 +53,25 @@ class ArgSpec:
     """One kernel parameter as seen at a call site.
 
     ``kind`` is what the caller passes: a tensor (``dtype`` and ``aligned16``
-    matter), a Python ``int``/``float``/``bool`` (``value`` matters), ``None``, or
-    a compile-time value (``constexpr``: a ``tl.constexpr`` instance, a
-    JITFunction, or any value bound to a ``tl.constexpr`` parameter).
+    matter), a host-side tensor descriptor (``tensordesc``, triton.tools.tensor_descriptor:
+    its base's ``dtype`` and its ``block_shape`` matter), a Python ``int``/``float``/``bool``
+    (``value`` matters), ``None``, or a compile-time value (``constexpr``: a ``tl.constexpr``
+    instance, a JITFunction, or any value bound to a ``tl.constexpr`` parameter).
     """
     name: str
     kind: str
     dtype: "torch.dtype | None" = None  # noqa: F821 (string annotation, torch only needed by callers)
     aligned16: bool = True
     value: object = None  # for an int, None: known only at run time (data-dependent), see below
+    block_shape: tuple = ()  # tensordesc: the block each load or store moves
 
     def __post_init__(self):
         if self.kind not in ARG_KINDS:
             raise ValueError(f"ArgSpec {self.name!r}: kind {self.kind!r} is not one of {ARG_KINDS}")
-        if self.kind == "tensor" and self.dtype is None:
-            raise ValueError(f"ArgSpec {self.name!r}: a tensor needs a dtype")
+        if self.kind in ("tensor", "tensordesc") and self.dtype is None:
+            raise ValueError(f"ArgSpec {self.name!r}: a {self.kind} needs a dtype")
+        if self.kind == "tensordesc" and not self.block_shape:
+            raise ValueError(f"ArgSpec {self.name!r}: a tensordesc needs its block shape")
 
 
 @dataclasses.dataclass
@@ -116,6 +121,10 @@ class CompiledTritonKernel:
     guards: list[SpecGuard]
     cache_key: str
     options: dict
+    # Per tensor-descriptor parameter, in order, how the kernel lowered it to TMA (swizzle,
+    # elem_size, elem_type, block_size, fp4_padded: what the launch encodes its CUtensorMap from),
+    # or None where it did not; empty for a kernel without descriptors.
+    tensordesc_meta: list = dataclasses.field(default_factory=list)
 
 
 def argspec_from_value(name: str, value) -> ArgSpec:
@@ -126,6 +135,8 @@ def argspec_from_value(name: str, value) -> ArgSpec:
     """
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
         return ArgSpec(name, "tensor", dtype=value.dtype, aligned16=value.data_ptr() % 16 == 0)
+    if isinstance(value, TensorDescriptor):
+        return ArgSpec(name, "tensordesc", dtype=value.base.dtype, block_shape=tuple(value.block_shape))
     if value is None:
         return ArgSpec(name, "none")
     for kind, typ in (("bool", bool), ("int", int), ("float", float)):
@@ -144,6 +155,14 @@ def _int_type(value: int) -> str:
 def _native_specialization(kp, spec: ArgSpec, specialize: bool):
     """Mirror ``native_specialize_impl`` (specialize.cc) for one non-constexpr parameter."""
     align = not kp.do_not_specialize_on_alignment
+    if spec.kind == "tensordesc":
+        # specialize.cc: the base's element type and the block shape, no key (nothing else of the
+        # descriptor is specialized on; its shape, strides and padding are run-time values)
+        try:
+            elem = canonicalize_dtype(spec.dtype)
+        except KeyError:
+            raise TypeError(f"{spec.name}: Triton has no type for tensor dtype {spec.dtype}") from None
+        return f"tensordesc<{elem}[{', '.join(str(int(b)) for b in spec.block_shape)}]>", None
     if spec.kind == "tensor":
         try:
             elem = canonicalize_dtype(spec.dtype)
@@ -181,13 +200,13 @@ def _param_specialization(kp, spec: ArgSpec):
     Also returns the value Triton binds (what lands in ``constexprs``).
     """
     if kp.is_constexpr:
-        if spec.kind == "tensor":
-            raise TypeError(f"{kp.name}: a tensor cannot be bound to a tl.constexpr parameter")
+        if spec.kind in ("tensor", "tensordesc"):
+            raise TypeError(f"{kp.name}: a {spec.kind} cannot be bound to a tl.constexpr parameter")
         if spec.kind == "int" and spec.value is None:
             raise TypeError(f"{kp.name}: a value known only at run time (data-dependent) cannot be bound "
                             "to a tl.constexpr parameter, whose value the kernel is compiled for")
         return ("constexpr", spec.value), spec.value
-    bound = None if spec.kind in ("tensor", "none") else spec.value
+    bound = None if spec.kind in ("tensor", "tensordesc", "none") else spec.value
     if spec.kind == "constexpr" and not isinstance(bound, (tl.constexpr, JITCallable)):
         bound = tl.constexpr(bound)
     specialize = not kp.do_not_specialize
@@ -212,7 +231,12 @@ def _guards_for(kp, spec: ArgSpec, ty: str, key) -> list[SpecGuard]:
         return [SpecGuard(name, "eq", spec.value)]
     annotated = bool(kp.annotation_type)
     guards = []
-    if spec.kind == "tensor":
+    if spec.kind == "tensordesc":
+        # its base's dtype, as a tensor's; the block shape is the call site's (a constant of the
+        # captured program), and nothing else is in the key
+        if not annotated:
+            guards.append(SpecGuard(name, "dtype", spec.dtype))
+    elif spec.kind == "tensor":
         if not annotated:
             guards.append(SpecGuard(name, "dtype", spec.dtype))
         # Under do_not_specialize_on_alignment the key is "" whatever the pointer.
@@ -328,22 +352,41 @@ def specialize(fn, args: list[ArgSpec], options: dict | None = None,
     return signature, constexprs, attrs, guards, cache_key
 
 
-def runtime_params(fn, signature: dict[str, str]) -> list[KernelParam]:
+def runtime_params(fn, signature: dict[str, str], tensordesc_meta: list | None = None) -> list[KernelParam]:
     """The cubin's parameter list: non-constexpr entries in order, then the two scratch pointers.
 
-    Mirrors ``make_launcher`` in backends/nvidia/driver.py (``params`` array).
+    Mirrors ``make_launcher`` in backends/nvidia/driver.py (``params`` array), including its
+    expansion of a tensor descriptor (``_expand_signature``): where the kernel uses TMA for it
+    (``tensordesc_meta``, one entry per descriptor, from the compiled metadata), a CUtensorMap by
+    value (``tmadesc``) then the shape as i32 and the strides as i64; where it does not (its entry
+    None), the base pointer, shape and strides as i64, the padding flag, then shape and strides
+    again as i32 and i64. Each expanded parameter is named ``desc.field`` (``.map``, ``.base``,
+    ``.shape0``, ``.stride0``, ``.nan``) after its descriptor.
     """
     fn = _require_jit(fn)
-    params = []
+    params, desc = [], 0
     for index, (name, ty) in enumerate(signature.items()):
         if ty == "constexpr":
             continue
-        if not isinstance(ty, str) or ty.startswith(("tensordesc", "nvTmaDesc")):
-            raise NotImplementedError(f"{name}: tuple/tensor-descriptor parameters ({ty}) are not supported")
+        if not isinstance(ty, str):
+            raise NotImplementedError(f"{name}: tuple parameters ({ty}) are not supported")
+        if ty.startswith("tensordesc"):
+            meta = tensordesc_meta[desc] if tensordesc_meta else None
+            desc += 1
+            ndim = ty[ty.index("[") + 1:ty.index("]")].count(",") + 1
+            at = fn.arg_names.index(name)
+            expanded = [("map", "tmadesc")] if meta is not None else \
+                [("base", "ptr")] + [(f"shape{k}", "i64") for k in range(ndim)] + \
+                [(f"stride{k}", "i64") for k in range(ndim)] + [("nan", "i8")]
+            expanded += [(f"shape{k}", "i32") for k in range(ndim)] + [(f"stride{k}", "i64") for k in range(ndim)]
+            params += [KernelParam(f"{name}.{field}", ctype, at) for field, ctype in expanded]
+            continue
         ctype = "ptr" if ty.startswith("*") else _SCALAR_CTYPES.get(ty)
         if ctype is None:
             raise NotImplementedError(f"{name}: no launch C type for signature type {ty!r}")
         params.append(KernelParam(name, ctype, fn.arg_names.index(name)))
+    if tensordesc_meta and desc != len(tensordesc_meta):
+        raise ValueError(f"{len(tensordesc_meta)} tensor descriptors' metadata for {desc} descriptor parameters")
     return params + [KernelParam(name, "ptr", -1) for name in SCRATCH_PARAMS]
 
 
@@ -458,7 +501,8 @@ def compile_kernel_uncached(fn, args: list[ArgSpec], target: GPUTarget | None = 
         profile_scratch_align=md.profile_scratch_align,
         launch_pdl=md.launch_pdl,
         launch_cooperative_grid=md.launch_cooperative_grid,
-        params=runtime_params(fn, signature),
+        params=runtime_params(fn, signature, getattr(md, "tensordesc_meta", None)),
+        tensordesc_meta=list(getattr(md, "tensordesc_meta", None) or []),
         signature=signature,
         constexprs=constexprs,
         attrs=attrs,

@@ -281,6 +281,25 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
 
 // graph_notes() -> [(spec, stopped, why)]: each specialization whose runs do not replay as CUDA
 // graphs (stopped), or whose graphs are keyed by their arguments' addresses (runtime/graphs/spec_graphs.h).
+// graph_recaptures() -> [(spec, what, count, last)]: why calls captured graphs of their own beside
+// one their specialization held (runtime/graphs/spec_graphs.h: recaptures).
+PyObject* scm_graph_recaptures(PyObject* py_self, PyObject*) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  PyObject* out = PyList_New(0);  // new ref
+  if (!out || !st->loaded || !st->graphs) return out;
+  for (const auto& r : st->loaded->graph_recaptures()) {
+    PyObject* item = Py_BuildValue("(isLs)", r.spec, r.why.what.c_str(), static_cast<long long>(r.why.count),
+                                   r.why.last.c_str());  // new ref
+    if (!item || PyList_Append(out, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return out;
+}
+
 PyObject* scm_graph_notes(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
   PyObject* out = PyList_New(0);  // new ref
@@ -394,6 +413,8 @@ PyMethodDef scm_methods[] = {
     {"spec_runs", scm_spec_runs, METH_NOARGS, "[runs of each specialization]."},
     {"branch_missed", scm_branch_missed, METH_NOARGS, "Whether the miss being handled took an untraced branch."},
     {"graph_notes", scm_graph_notes, METH_NOARGS, "[(spec, stopped, why)]: what keeps specs' graphs from serving every call."},
+    {"graph_recaptures", scm_graph_recaptures, METH_NOARGS,
+     "[(spec, what, count, last)]: why calls captured graphs of their own beside one their spec held."},
     {"ir", scm_ir, METH_NOARGS, "Host IR of every specialization (after planning)."},
     {"paths", scm_paths, METH_NOARGS, "(generated source path, shared object path) of the spec added last."},
     {"selector_paths", scm_selector_paths, METH_NOARGS, "(generated source path, shared object path) of the selector."},

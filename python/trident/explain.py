@@ -41,6 +41,9 @@ def explain(compiled, *args, **kwargs) -> str:
         lines.append(f"  cuBLASLt sites not replaying ({sites} in this process): {why}")
     for why, sites in _C.aten_replay_refusals():
         lines.append(f"  ATen call sites not replaying ({sites} in this process): {why}")
+    for spec, what, count, last in scm.graph_recaptures():  # graphs=True only
+        lines.append(f"  spec {spec} captured {count} graph(s) beside one it held, as {what} differed "
+                     f"(last: {last})")
     for spec, stopped, why in scm.graph_notes():  # graphs=True only
         lines.append(f"  spec {spec} does not replay as a CUDA graph: {why}" if stopped else
                      f"  spec {spec}'s CUDA graphs are keyed by their arguments' addresses (a call with new "

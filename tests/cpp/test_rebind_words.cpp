@@ -1,9 +1,11 @@
 // The rules graph rebinding uses to tell a CUDA graph's words apart (runtime/graphs/rebind_words.h):
 // a site follows exactly one argument's shift; encoded addresses stop the plan; pool memory and
-// bytes that follow no shift are left alone.
+// bytes that follow no shift are left alone. Also what a replay does with a copied argument, and a
+// graph's key (runtime/graphs/graph_keys.h).
 #include <vector>
 
 #include "check.h"
+#include "runtime/graphs/graph_keys.h"
 #include "runtime/graphs/rebind_words.h"
 
 namespace {
@@ -66,4 +68,63 @@ TEST(a_copied_argument_is_read_in_place_only_where_few_nodes_hold_it_and_it_is_a
   CHECK(copied_argument(1, fresh + 0x1000, buffer, 4, 9) == CopiedArgument::kPointAt);  // more aligned than needed
   CHECK(copied_argument(1, 0, buffer, 4, 9) == CopiedArgument::kCopyIn);                // an empty tensor's null
   CHECK(copied_argument(1, fresh + 16, buffer + 16, 4, 9) == CopiedArgument::kPointAt); // as aligned as the buffer
+}
+
+// A graph's key (runtime/graphs/graph_keys.h): the layout per leaf, and the first difference in words.
+namespace {
+
+struct KeyVec : std::vector<int64_t> {};
+
+KeyVec key_of(const std::vector<trd_leaf>& leaves, const std::vector<bool>& copied, int64_t stream) {
+  KeyVec k;
+  for (size_t i = 0; i < leaves.size(); ++i) trident::runtime::append_leaf_key(k, leaves[i], copied[i], 9);
+  k.push_back(0);       // device
+  k.push_back(stream);  // stream
+  k.push_back(7);       // state set
+  return k;
+}
+
+trd_leaf tensor_leaf(std::vector<int64_t> sizes, uint64_t ptr) {
+  trd_leaf l{};
+  l.kind = TRD_TENSOR;
+  l.dtype = 6;
+  l.dim = static_cast<int32_t>(sizes.size());
+  int64_t stride = 1;
+  for (int d = l.dim - 1; d >= 0; --d) l.sizes[d] = sizes[d], l.strides[d] = stride, stride *= sizes[d];
+  l.data_ptr = ptr;
+  return l;
+}
+
+trd_leaf int_leaf(int64_t v) {
+  trd_leaf l{};
+  l.kind = TRD_INT;
+  l.ival = v;
+  return l;
+}
+
+std::string change(const KeyVec& a, const KeyVec& b, int32_t n) {
+  return trident::runtime::key_change(n, a.data(), a.size(), b.data(), b.size());
+}
+
+}  // namespace
+
+TEST(a_graph_key_is_laid_out_per_leaf_and_its_first_difference_is_said_in_words) {
+  const std::vector<bool> bound = {false, false};
+  const KeyVec base = key_of({tensor_leaf({1, 16}, 0x7f0000000200ull), int_leaf(17)}, bound, 1);
+  const std::vector<int64_t> tensor_part = {TRD_TENSOR, 6, 2, 1, 16, 16, 1, 0, 9};
+  CHECK(std::equal(tensor_part.begin(), tensor_part.end(), base.begin()));
+  CHECK(base.size() == tensor_part.size() + 2 + 3);
+  CHECK(change(base, base, 2).empty());
+  CHECK(change(base, key_of({tensor_leaf({1, 16}, 0x7f0000000200ull), int_leaf(18)}, bound, 1), 2) ==
+        "leaf 1 (int): 17 -> 18");
+  CHECK(change(base, key_of({tensor_leaf({8, 16}, 0x7f0000000200ull), int_leaf(17)}, bound, 1), 2) ==
+        "leaf 0 (tensor): sizes [1, 16] -> [8, 16]");
+  CHECK(change(base, key_of({tensor_leaf({1, 16}, 0x7f0000000210ull), int_leaf(17)}, bound, 1), 2) ==
+        "leaf 0 (tensor): address alignment 2^9 -> 2^4");
+  CHECK(change(base, key_of({tensor_leaf({1, 16}, 0x7f0000000200ull), int_leaf(17)}, bound, 2), 2) ==
+        "the caller's stream");
+  // a copied tensor: its address is not in the key
+  const std::vector<bool> copy = {true, false};
+  CHECK(change(key_of({tensor_leaf({1, 16}, 0x200), int_leaf(17)}, copy, 1),
+               key_of({tensor_leaf({1, 16}, 0x7f0000000210ull), int_leaf(17)}, copy, 1), 2).empty());
 }

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "runtime/launch/cuda_driver.h"
+#include "runtime/graphs/graph_keys.h"
 #include "runtime/graphs/graph_rebind.h"
 #include "runtime/module/loaded_module.h"
 
@@ -145,37 +146,17 @@ bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
   copied.assign(static_cast<size_t>(c.nleaves), false);
   for (int32_t k = 0; k < c.nleaves; ++k) {
     const trd_leaf& l = c.leaves[k];
-    key.push_back(l.kind);
-    switch (l.kind) {
-      case TRD_TENSOR: {
-        const at::Tensor* t = c.args[k];
-        if (!t || !t->is_cuda() || t->get_device() != dev || t->layout() != c10::kStrided) return false;
-        const bool written = std::binary_search(writes_.begin(), writes_.end(), k);
-        copied[k] = !written && t->is_non_overlapping_and_dense() && dense_bytes(*t) <= kCopyBytes;
-        key.push_back(l.dtype);
-        key.push_back(l.dim);
-        key.append(l.sizes, l.sizes + l.dim);
-        key.append(l.strides, l.strides + l.dim);
-        key.push_back(l.storage_offset);
-        if (copied[k]) {
-          key.push_back(-1);
-        } else {
-          key.push_back(l.data_ptr ? std::min(__builtin_ctzll(l.data_ptr), kAlignBits) : -2);
-          kd.bound.push_back(k);
-          kd.ptrs.push_back(l.data_ptr);
-        }
-        break;
+    if (l.kind == TRD_TENSOR) {
+      const at::Tensor* t = c.args[k];
+      if (!t || !t->is_cuda() || t->get_device() != dev || t->layout() != c10::kStrided) return false;
+      const bool written = std::binary_search(writes_.begin(), writes_.end(), k);
+      copied[k] = !written && t->is_non_overlapping_and_dense() && dense_bytes(*t) <= kCopyBytes;
+      if (!copied[k]) {
+        kd.bound.push_back(k);
+        kd.ptrs.push_back(l.data_ptr);
       }
-      case TRD_FLOAT: {
-        int64_t bits;
-        std::memcpy(&bits, &l.fval, sizeof bits);
-        key.push_back(bits);
-        break;
-      }
-      case TRD_INT:
-      case TRD_BOOL: key.push_back(l.ival); break;
-      default: break;
     }
+    append_leaf_key(key, l, copied[k], kAlignBits);
   }
   for (int32_t k = 0; k < c.nstate; ++k)
     if (!c.state[k].is_cuda() || c.state[k].get_device() != dev) return false;
@@ -519,6 +500,15 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
     g.reset();
     stop(why);
     return false;
+  }
+  if (!graphs_.empty()) {  // a capture beside a graph the spec holds: note why (explain)
+    const Key& was = graphs_.front()->key;
+    std::string why_new = key_change(c.nleaves, was.data(), was.size(), k.key.data(), k.key.size());
+    if (why_new.empty()) why_new = "new argument addresses (graphs keyed by address)";
+    const std::string what = why_new.substr(0, why_new.find(": "));
+    auto r = std::find_if(recaptures_.begin(), recaptures_.end(), [&](const Recapture& x) { return x.what == what; });
+    if (r == recaptures_.end() && recaptures_.size() < kRecaptureKinds) r = recaptures_.insert(recaptures_.end(), {what, "", 0});
+    if (r != recaptures_.end()) r->last = why_new, ++r->count;
   }
   bind_why_ = k.bound.empty() ? std::string() : bind_why;  // copied arguments alone: copied, never keyed
   g->bound = k.ptrs;

@@ -22,6 +22,8 @@
 //     replay points those nodes at the caller's tensor (only when its address changed: patches);
 //     where the plan shows no node reading it, nothing; otherwise it first copies the caller's
 //     tensor into the buffer.
+//   - Why. Each capture beside a graph the spec holds notes the first difference between its key
+//     and that graph's (recaptures(), explain), or new addresses where a graph is keyed by them.
 //   - When. A key is captured at its kRepeats-th call among the spec's recent calls without a graph
 //     (kRecentKeys keys counted; earlier calls have settled the sites' own plans: cuBLASLt's checked
 //     algorithm, recorded launches; interleaved keys, two batch sizes, each count), only where
@@ -77,6 +79,7 @@ class SpecGraphs {
   static constexpr int kMaxGraphs = 4;
   static constexpr int64_t kCopyBytes = 1 << 16;
   static constexpr size_t kPatchNodes = 4;
+  static constexpr size_t kRecaptureKinds = 8;
   static constexpr size_t kRecentKeys = 8;
   static constexpr int kAlignBits = 9;  // 512 bytes: every block of PyTorch's caching allocator
 
@@ -123,6 +126,14 @@ class SpecGraphs {
   const std::string& why() const { return why_; }
   // Why the spec's last graph is keyed by its arguments' addresses (not rebound); empty otherwise.
   const std::string& keyed_by_address() const { return bind_why_; }
+  // Why calls captured graphs of their own beside one the spec had: per kind of difference (the
+  // first between the keys, graph_keys.h: "leaf 2 (int)", "the caller's stream", ...), how many
+  // captures and the last one's words ("leaf 2 (int): 17 -> 18").
+  struct Recapture {
+    std::string what, last;
+    int64_t count = 0;
+  };
+  const std::vector<Recapture>& recaptures() const { return recaptures_; }
   GraphStats stats() const;
 
  private:
@@ -138,6 +149,7 @@ class SpecGraphs {
   bool stopped_ = false;
   std::string why_, bind_why_;
   int64_t captures_ = 0, replays_ = 0, rebinds_ = 0, patches_ = 0;
+  std::vector<Recapture> recaptures_;  // at most kRecaptureKinds kinds
 };
 
 }  // namespace trident::runtime

@@ -69,6 +69,13 @@ GraphStats LoadedModule::graph_stats() const {
   return g;
 }
 
+std::vector<LoadedModule::GraphRecapture> LoadedModule::graph_recaptures() const {
+  std::vector<GraphRecapture> out;
+  for (size_t s = 0; s < specs_.size(); ++s)
+    for (const auto& r : specs_[s]->graphs().recaptures()) out.push_back({static_cast<int32_t>(s), r});
+  return out;
+}
+
 std::vector<LoadedModule::GraphNote> LoadedModule::graph_notes() const {
   std::vector<GraphNote> out;
   for (size_t s = 0; s < specs_.size(); ++s) {

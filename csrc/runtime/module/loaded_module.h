@@ -71,6 +71,12 @@ class LoadedModule {
     std::string why;
   };
   std::vector<GraphNote> graph_notes() const;
+  // Per spec, why calls captured graphs of their own (SpecGraphs::recaptures).
+  struct GraphRecapture {
+    int32_t spec;
+    SpecGraphs::Recapture why;
+  };
+  std::vector<GraphRecapture> graph_recaptures() const;
   struct ReuseStats {
     int64_t holding = 0, escaped = 0, bytes = 0, recycled = 0;
   };

@@ -136,14 +136,25 @@ struct Instr {
 // launcher needs (its nvidia driver.py). `params` lists the C type of each runtime parameter in
 // launch order (constexprs and ints equal to 1 already dropped; the two scratch pointers are not
 // listed, the runtime appends them).
+// A kernel parameter that is a host-side tensor descriptor lowered to TMA (`tmadesc` in
+// Kernel::params): how its CUtensorMap is encoded at each launch from the launch's tensor (the
+// descriptor's base viewed with its shape and strides), as the compiled kernel's metadata says
+// (runtime/launch/tma_args.h). Text: `tma SWIZZLE ELEM_SIZE ELEM_TYPE FP4 NAN B0 B1 ...`.
+struct TmaParam {
+  int32_t swizzle = 0, elem_size = 0, elem_type = 0;
+  bool fp4_padded = false, nan_padding = false;
+  std::vector<int64_t> block;  // the block shape, in the tensor's order (its rank)
+};
+
 struct Kernel {
   int32_t id = 0;               // spec-local in a spec; module-wide inside a built module
   std::string name;             // the cubin's function name
   std::string cubin;            // path of the cubin file
-  std::string params;           // comma-separated C types: ptr,i32,u32,i64,u64,i8,u8,i16,u16,fp16,bf16,fp32,fp64
+  std::string params;           // comma-separated C types: ptr,i32,u32,i64,u64,i8,u8,i16,u16,fp16,bf16,fp32,fp64,tmadesc
   int32_t num_warps = 4, num_ctas = 1, shared = 0;
   int64_t global_scratch = 0, global_scratch_align = 1, profile_scratch = 0, profile_scratch_align = 1;
   int32_t launch_pdl = 0, cooperative = 0;
+  std::vector<TmaParam> tma;    // one per `tmadesc` in params, in order
 };
 
 struct Spec {

@@ -58,6 +58,13 @@ class Lexer {
     return t_.substr(b, p_ - b);
   }
 
+  // Whether an integer comes next (a digit, or a minus sign and a digit).
+  bool peek_integer() {
+    skip_space();
+    size_t q = p_ + (p_ < t_.size() && t_[p_] == '-');
+    return q < t_.size() && std::isdigit(static_cast<unsigned char>(t_[q]));
+  }
+
   int64_t integer() {
     skip_space();
     const char* b = t_.c_str() + p_;
@@ -434,6 +441,17 @@ Kernel kernel(Lexer& lx) {
   k.profile_scratch_align = lx.integer();
   k.launch_pdl = static_cast<int32_t>(field("pdl"));
   k.cooperative = static_cast<int32_t>(field("coop"));
+  while (lx.accept("tma")) {
+    TmaParam t;
+    t.swizzle = static_cast<int32_t>(lx.integer());
+    t.elem_size = static_cast<int32_t>(lx.integer());
+    t.elem_type = static_cast<int32_t>(lx.integer());
+    t.fp4_padded = lx.integer() != 0;
+    t.nan_padding = lx.integer() != 0;
+    do t.block.push_back(lx.integer());
+    while (lx.peek_integer());
+    k.tma.push_back(std::move(t));
+  }
   return k;
 }
 

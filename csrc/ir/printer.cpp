@@ -184,12 +184,24 @@ std::string print_instr(const Instr& in) {
   return "?";
 }
 
+namespace {
+std::string tma_clauses(const Kernel& k) {
+  std::string out;
+  for (const TmaParam& t : k.tma) {
+    out += " tma " + std::to_string(t.swizzle) + " " + std::to_string(t.elem_size) + " " + std::to_string(t.elem_type) +
+           " " + std::to_string(int(t.fp4_padded)) + " " + std::to_string(int(t.nan_padding));
+    for (int64_t b : t.block) out += " " + std::to_string(b);
+  }
+  return out;
+}
+}  // namespace
+
 std::string print_kernel(const Kernel& k) {
   auto n = [](int64_t v) { return std::to_string(v); };
   return "kernel " + n(k.id) + " " + quote(k.name) + " " + quote(k.cubin) + " " + quote(k.params) + " warps " +
          n(k.num_warps) + " ctas " + n(k.num_ctas) + " shared " + n(k.shared) + " gscratch " + n(k.global_scratch) +
          " " + n(k.global_scratch_align) + " pscratch " + n(k.profile_scratch) + " " + n(k.profile_scratch_align) +
-         " pdl " + n(k.launch_pdl) + " coop " + n(k.cooperative);
+         " pdl " + n(k.launch_pdl) + " coop " + n(k.cooperative) + tma_clauses(k);
 }
 
 std::string print(const Spec& s) {

@@ -77,6 +77,19 @@ struct Checker {
   void run() {
     for (const auto& k : s.kernels) {
       if (!kernel_ids.insert(k.id).second) fail("kernel " + std::to_string(k.id) + " declared twice");
+      size_t descs = 0;
+      for (size_t b = 0; (b = k.params.find("tmadesc", b)) != std::string::npos; b += 7) ++descs;
+      if (descs != k.tma.size())
+        fail("kernel " + std::to_string(k.id) + " has " + std::to_string(descs) + " tmadesc parameters and " +
+             std::to_string(k.tma.size()) + " tma clauses");
+      for (const auto& t : k.tma) {
+        if (t.block.empty() || t.block.size() > 5)
+          fail("kernel " + std::to_string(k.id) + ": a tma block of rank " + std::to_string(t.block.size()) +
+               " (1 to 5)");
+        for (int64_t b : t.block)
+          if (b <= 0 || b > 256) fail("kernel " + std::to_string(k.id) + ": a tma block dimension of " + std::to_string(b));
+        if (t.elem_size <= 0 || t.elem_size > 8) fail("kernel " + std::to_string(k.id) + ": a tma element size of " + std::to_string(t.elem_size));
+      }
     }
     for (const auto& g : s.guards) {
       if (g.expr) {

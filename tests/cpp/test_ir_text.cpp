@@ -2,6 +2,8 @@
 // parses and prints back in its shape, a field read in the wrong shape is a parse error naming
 // what was expected, and the verifier bounds a dimension.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "check.h"
 #include "ir/ir.h"
@@ -74,5 +76,33 @@ TEST(a_tuple_class_output_parses_prints_back_and_verifies) {
     const auto m = trident::ir::parse_module(text);
     CHECK(trident::ir::print(m) == text);
     trident::ir::verify(m);
+  }
+}
+
+TEST(a_kernel_with_tensor_descriptor_parameters_parses_prints_back_and_verifies) {
+  // tmadesc parameters (runtime/launch/tma_args.h) with one tma clause each, in order
+  const std::string decl = "kernel 0 \"tile\" \"k.cubin\" \"tmadesc,i32,i32,i64,i64,tmadesc,i32,i64,i32\" warps 4 "
+                           "ctas 1 shared 0 gscratch 0 1 pscratch 0 1 pdl 0 coop 0 tma 2 2 6 0 0 64 32 tma 1 4 7 0 1 128";
+  const std::string text = "spec 0 structure \"T\" {\n  " + decl + "\n  return none\n}\n";
+  const auto m = trident::ir::parse_module(text);
+  const auto& k = m.specs.at(0).kernels.at(0);
+  CHECK(k.tma.size() == 2);
+  CHECK(k.tma[0].swizzle == 2 && k.tma[0].elem_size == 2 && k.tma[0].elem_type == 6 && !k.tma[0].nan_padding);
+  CHECK((k.tma[0].block == std::vector<int64_t>{64, 32}));
+  CHECK(k.tma[1].nan_padding && (k.tma[1].block == std::vector<int64_t>{128}));
+  CHECK(trident::ir::print(m) == text);
+  trident::ir::verify(m);
+  for (const auto& [bad, says] : std::vector<std::pair<std::string, std::string>>{
+           {"tma 2 2 6 0 0 64 32", "2 tmadesc parameters and 1 tma clauses"},
+           {"tma 2 2 6 0 0 64 32 tma 1 4 7 0 1 512", "a tma block dimension of 512"}}) {
+    std::string broken = text;
+    broken.replace(broken.find("tma 2 2 6"), std::string("tma 2 2 6 0 0 64 32 tma 1 4 7 0 1 128").size(), bad);
+    bool refused = false;
+    try {
+      trident::ir::verify(trident::ir::parse_module(broken));
+    } catch (const std::exception& e) {
+      refused = std::string(e.what()).find(says) != std::string::npos;
+    }
+    CHECK(refused);
   }
 }

@@ -508,3 +508,19 @@ def test_a_descriptor_the_kernel_did_not_lower_to_tma_expands_as_tritons_launche
         [c for _, c in launcher_params({(3,): 64, (4,): 32}, signature, [None, meta])]
     with pytest.raises(ValueError, match="3 tensor descriptors' metadata for 2"):
         ts.runtime_params(tile_plus_one, signature, [None, meta, meta])
+
+
+def test_a_tma_kernel_declaration_carries_each_descriptors_metadata_through_the_host_ir():
+    """hir.kernel writes a `tma` clause per descriptor the kernel lowered to TMA (its metadata and the
+    descriptor's padding), which the native parser reads back and the verifier accepts."""
+    from trident import _C
+    from trident.lowering import hir
+    a, b = _descriptors()
+    values = {"in_desc": a, "out_desc": b, "n": 3, "BM": 64, "BN": 32}
+    ck = ts.compile_kernel_uncached(tile_plus_one, specs(values), GPUTarget("cuda", 90, 32))
+    decl = hir.kernel(0, ck, "k.cubin", nan_padding=(False, True))
+    assert decl.endswith(" tma 2 2 6 0 0 64 32 tma 2 2 6 0 1 64 32"), decl
+    assert '"tmadesc,i32,i32,i64,i64,tmadesc,i32,i32,i64,i64,i32"' in decl
+    text = f'spec 0 structure "T" {{\n  {decl}\n  return none\n}}\n'
+    assert _C.ir_print(text) == text
+    _C.ir_verify(text)

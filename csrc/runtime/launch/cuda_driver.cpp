@@ -64,6 +64,7 @@ Driver load() {
   bind_optional(lib, d.GraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams");
   bind_optional(lib, d.GraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams");
   bind_optional(lib, d.FuncGetName, "cuFuncGetName");
+  bind_optional(lib, d.TensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   CUresult r = d.Init(0);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuInit failed with CUDA error " + std::to_string(r));
   return d;

@@ -55,6 +55,10 @@ struct Driver {
   CUresult (*GraphExecMemcpyNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D*, CUcontext);
   CUresult (*GraphExecMemsetNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS*, CUcontext);
   CUresult (*FuncGetName)(const char**, CUfunction);  // CUDA 12.3; for messages only
+  // Host-side TMA descriptors (tma_args.h); optional: a kernel taking one fails its launch without it.
+  CUresult (*TensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   bool rebind_api() const {
     return capture_api() && GraphMemcpyNodeGetParams && GraphMemsetNodeGetParams && GraphExecKernelNodeSetParams &&
            GraphExecMemcpyNodeSetParams && GraphExecMemsetNodeSetParams && CtxGetCurrent;

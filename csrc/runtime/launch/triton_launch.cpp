@@ -23,7 +23,8 @@ CType parse_ctype(const std::string& t) {
   static const std::pair<const char*, CType> table[] = {
       {"ptr", CType::Ptr}, {"i1", CType::I1}, {"i8", CType::I8}, {"u8", CType::U8}, {"i16", CType::I16},
       {"u16", CType::U16}, {"i32", CType::I32}, {"u32", CType::U32}, {"i64", CType::I64}, {"u64", CType::U64},
-      {"fp16", CType::Fp16}, {"bf16", CType::Bf16}, {"fp32", CType::Fp32}, {"fp64", CType::Fp64}};
+      {"fp16", CType::Fp16}, {"bf16", CType::Bf16}, {"fp32", CType::Fp32}, {"fp64", CType::Fp64},
+      {"tmadesc", CType::TmaDesc}};
   for (const auto& [name, c] : table)
     if (t == name) return c;
   ::trident::internal_error("unknown kernel parameter type '" + t + "'", __FILE__, __LINE__);
@@ -79,6 +80,30 @@ class ContextScope {
   CUcontext ctx_ = nullptr, prev_ = nullptr;
 };
 
+constexpr size_t kMaxTmaParams = 8;
+
+// The CUtensorMap of a tensor descriptor over `t` (the descriptor's base viewed with its shape and
+// strides) as Triton's launcher builds it (make_tensordesc_arg, fillTMADescriptor): tma_args.h's
+// arguments, interleave none, L2 promotion 128B.
+void encode_tma(const TmaMeta& meta, bool nan_padding, const at::Tensor& t, const std::string& kernel, CUtensorMap* map) {
+  const std::string what = "kernel " + kernel + ": a tensor descriptor";
+  if (t.dim() != meta.rank)
+    throw std::runtime_error(what + " of rank " + std::to_string(meta.rank) + " over a tensor of rank " +
+                             std::to_string(t.dim()));
+  TmaEncodeArgs a;
+  if (std::string why = tma_encode_args(meta, t.sizes().data(), t.strides().data(), nan_padding, a); !why.empty())
+    throw std::runtime_error(what + ": " + why);
+  const auto& d = cuda::driver();
+  if (!d.TensorMapEncodeTiled) throw std::runtime_error(what + ": the CUDA driver has no cuTensorMapEncodeTiled");
+  cuda::check(d.TensorMapEncodeTiled(map, static_cast<CUtensorMapDataType>(a.elem_type), a.rank, t.data_ptr(),
+                                     a.dims.data(), a.byte_strides.data(), a.box.data(), a.elem_strides.data(),
+                                     CU_TENSOR_MAP_INTERLEAVE_NONE, static_cast<CUtensorMapSwizzle>(a.swizzle),
+                                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                     a.nan_fill ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+                                                : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              what + ": cuTensorMapEncodeTiled");
+}
+
 // Packs one parameter into an 8-byte slot the way Triton's generated launcher types it.
 uint64_t pack(CType t, int64_t i, double f, bool is_float) {
   uint64_t slot = 0;
@@ -98,6 +123,7 @@ uint64_t pack(CType t, int64_t i, double f, bool is_float) {
     case CType::Fp32: put(static_cast<float>(is_float ? f : i)); break;
     case CType::Fp64: put(is_float ? f : static_cast<double>(i)); break;
     case CType::Ptr: put(i); break;
+    case CType::TmaDesc: break;  // not a slot: encoded apart (LaunchSite::launch)
   }
   return slot;
 }
@@ -111,6 +137,24 @@ KernelInfo::KernelInfo(ir::Kernel decl) : decl_(std::move(decl)) {
     if (e == std::string::npos) e = decl_.params.size();
     if (e > b) params_.push_back(parse_ctype(decl_.params.substr(b, e - b)));
     b = e + 1;
+  }
+  for (CType t : params_) {
+    if (t != CType::TmaDesc) {
+      tma_of_param_.push_back(-1);
+      continue;
+    }
+    const size_t j = tma_.size();
+    TRD_INTERNAL_ASSERT(j < decl_.tma.size(), "kernel " + decl_.name + ": a tmadesc parameter without its tma clause");
+    const ir::TmaParam& t_ir = decl_.tma[j];
+    TmaMeta m;
+    m.swizzle = t_ir.swizzle;
+    m.elem_size = t_ir.elem_size;
+    m.elem_type = t_ir.elem_type;
+    m.rank = static_cast<int>(t_ir.block.size());
+    for (int d = 0; d < m.rank && d < kTmaMaxRank; ++d) m.block[d] = static_cast<uint32_t>(t_ir.block[d]);
+    m.fp4_padded = t_ir.fp4_padded;
+    tma_.push_back(m);
+    tma_of_param_.push_back(static_cast<int32_t>(j));
   }
   cubin_ = read_file(decl_.cubin);
 }
@@ -183,9 +227,12 @@ LaunchSite resolve_launch(const ir::Instr& in, const KernelInfo& k) {
   for (size_t p = 0; p < in.operands.size(); ++p) {
     const ir::Operand& o = in.operands[p];
     LaunchSite::Param q;
-    bool ptr = k.params()[p] == CType::Ptr;
+    const bool ptr = k.params()[p] == CType::Ptr, desc = k.params()[p] == CType::TmaDesc;
+    TRD_INTERNAL_ASSERT(!desc || o.kind == K::Value || o.kind == K::ArgRef || o.kind == K::StateRef,
+                        "launch of " + s.name + ": a tensor descriptor parameter " + std::to_string(p) +
+                            " takes a tensor (the base viewed with the descriptor's shape and strides)");
     if (o.kind == K::Value || o.kind == K::ArgRef || o.kind == K::StateRef || o.kind == K::Ptr) {
-      TRD_INTERNAL_ASSERT(ptr, "launch of " + s.name + ": tensor for non-pointer parameter " + std::to_string(p));
+      TRD_INTERNAL_ASSERT(ptr || desc, "launch of " + s.name + ": tensor for non-pointer parameter " + std::to_string(p));
       q.kind = LaunchSite::Param::Kind::Tensor;
       q.ref = o;
       if (o.kind == K::Ptr) {  // ptr(base, off): the verifier checked the shape of it
@@ -219,6 +266,8 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
   const size_t n = params.size();
   c10::SmallVector<uint64_t, 16> slots(n + 2);
   c10::SmallVector<void*, 16> ptrs(n + 2);
+  CUtensorMap maps[kMaxTmaParams];  // by value, 64-byte aligned by its type, as the kernel takes them
+  size_t nmaps = 0;
   int device = -1;
   for (size_t p = 0; p < n; ++p) {
     const Param& q = params[p];
@@ -228,6 +277,14 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
         if (!t.defined() || !t.is_cuda())
           throw std::runtime_error("parameter " + std::to_string(p) + " is not a CUDA tensor");
         if (device < 0) device = t.get_device();
+        if (const int32_t j = k.tma_of_param()[p]; j >= 0) {
+          if (nmaps == kMaxTmaParams)
+            throw std::runtime_error("kernel " + name + " takes more than " + std::to_string(kMaxTmaParams) +
+                                     " tensor descriptors");
+          encode_tma(k.tma()[j], k.decl().tma[j].nan_padding, t, name, &maps[nmaps]);
+          ptrs[p] = &maps[nmaps++];
+          continue;
+        }
         slots[p] = reinterpret_cast<uint64_t>(t.data_ptr()) + q.i + (q.offset_dyn >= 0 ? dyn[q.offset_dyn] : 0);
         break;
       }

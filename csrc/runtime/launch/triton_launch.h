@@ -15,11 +15,14 @@
 #include <vector>
 
 #include "ir/ir.h"
+#include "runtime/launch/tma_args.h"
 #include "runtime/module/frame.h"
 
 namespace trident::runtime {
 
-enum class CType : uint8_t { Ptr, I1, I8, U8, I16, U16, I32, U32, I64, U64, Fp16, Bf16, Fp32, Fp64 };
+// TmaDesc: a host-side tensor descriptor the kernel lowered to TMA, a CUtensorMap passed by value,
+// encoded at each launch from the launch's tensor (tma_args.h) as Triton's launcher encodes it.
+enum class CType : uint8_t { Ptr, I1, I8, U8, I16, U16, I32, U32, I64, U64, Fp16, Bf16, Fp32, Fp64, TmaDesc };
 
 // One kernel of a module: declaration, cubin bytes, and its CUfunction per device (loaded lazily,
 // once; a module may be loaded in a process that never launches).
@@ -28,6 +31,9 @@ class KernelInfo {
   explicit KernelInfo(ir::Kernel decl);
   const ir::Kernel& decl() const { return decl_; }
   const std::vector<CType>& params() const { return params_; }
+  // Per parameter, the index of its TMA metadata in tma() (TmaDesc parameters), else -1.
+  const std::vector<int32_t>& tma_of_param() const { return tma_of_param_; }
+  const std::vector<TmaMeta>& tma() const { return tma_; }
   // CUfunction (as void*) for `device`, loading the cubin on first use. After that first load the
   // lookup is one atomic read (no lock): it runs on every launch.
   void* function(int device) const {
@@ -41,6 +47,8 @@ class KernelInfo {
   void* load(int device) const;
   ir::Kernel decl_;
   std::vector<CType> params_;
+  std::vector<int32_t> tma_of_param_;
+  std::vector<TmaMeta> tma_;
   std::string cubin_;
   mutable std::mutex mu_;
   mutable std::unordered_map<int, void*> functions_;

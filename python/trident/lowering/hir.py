@@ -96,15 +96,24 @@ def graph_off(why: str) -> str:
     return f"graph off {quote(why)}"
 
 
-def kernel(index: int, ck, cubin_path: str) -> str:
+def kernel(index: int, ck, cubin_path: str, nan_padding: tuple = ()) -> str:
     """`kernel K "name" "path.cubin" "ptr,i32,..." warps W ctas C shared S gscratch SIZE ALIGN
     pscratch SIZE ALIGN pdl 0 coop 0`: a compiled Triton kernel (triton_specialize.
-    CompiledTritonKernel) with the C type of each runtime parameter in launch order."""
+    CompiledTritonKernel) with the C type of each runtime parameter in launch order; then, per
+    tensor descriptor the kernel lowered to TMA (a `tmadesc` parameter), `tma SWIZZLE ELEM_SIZE
+    ELEM_TYPE FP4 NAN BLOCK...` from its metadata, NAN from `nan_padding` (per descriptor, in order:
+    the descriptor's padding is "nan")."""
     ctypes = ",".join(p.ctype for p in ck.params if p.arg_index >= 0)
+    tma = ""
+    for d, meta in enumerate(ck.tensordesc_meta):
+        if meta is not None:
+            nan = int(bool(nan_padding[d])) if d < len(nan_padding) else 0
+            tma += (f" tma {meta['swizzle']} {meta['elem_size']} {meta['elem_type']} {int(bool(meta['fp4_padded']))} "
+                    f"{nan} " + " ".join(str(int(b)) for b in meta["block_size"]))
     return (f"kernel {index} {quote(ck.name)} {quote(cubin_path)} {quote(ctypes)} warps {ck.num_warps} "
             f"ctas {ck.num_ctas} shared {ck.shared} gscratch {ck.global_scratch_size} {ck.global_scratch_align} "
             f"pscratch {ck.profile_scratch_size} {ck.profile_scratch_align} pdl {int(bool(ck.launch_pdl))} "
-            f"coop {int(bool(ck.launch_cooperative_grid))}")
+            f"coop {int(bool(ck.launch_cooperative_grid))}{tma}")
 
 
 def spec_open(structure: str) -> str:

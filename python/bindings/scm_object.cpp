@@ -279,41 +279,37 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   return d;
 }
 
-// graph_notes() -> [(spec, stopped, why)]: each specialization whose runs do not replay as CUDA
-// graphs (stopped), or whose graphs are keyed by their arguments' addresses (runtime/graphs/spec_graphs.h).
-// graph_recaptures() -> [(spec, what, count, last)]: why calls captured graphs of their own beside
-// one their specialization held (runtime/graphs/spec_graphs.h: recaptures).
-PyObject* scm_graph_recaptures(PyObject* py_self, PyObject*) {
-  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+// A new list of make(item) (each a new reference) for each of `items`; nullptr with the error set.
+template <class Items, class Make>
+PyObject* py_list(const Items& items, Make make) {
   PyObject* out = PyList_New(0);  // new ref
-  if (!out || !st->loaded || !st->graphs) return out;
-  for (const auto& r : st->loaded->graph_recaptures()) {
-    PyObject* item = Py_BuildValue("(isLs)", r.spec, r.why.what.c_str(), static_cast<long long>(r.why.count),
-                                   r.why.last.c_str());  // new ref
-    if (!item || PyList_Append(out, item) < 0) {
-      Py_XDECREF(item);
-      Py_DECREF(out);
-      return nullptr;
-    }
-    Py_DECREF(item);
+  for (const auto& x : items) {
+    if (!out) return nullptr;
+    PyObject* item = make(x);  // new ref
+    if (!item || PyList_Append(out, item) < 0) Py_CLEAR(out);
+    Py_XDECREF(item);
   }
   return out;
 }
 
+// graph_recaptures() -> [(spec, what, count, last)]: why calls captured graphs of their own beside
+// one their specialization held (runtime/graphs/spec_graphs.h: recaptures).
+PyObject* scm_graph_recaptures(PyObject* py_self, PyObject*) {
+  ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
+  if (!st->loaded || !st->graphs) return PyList_New(0);
+  return py_list(st->loaded->graph_recaptures(), [](const runtime::LoadedModule::GraphRecapture& r) {
+    return Py_BuildValue("(isLs)", r.spec, r.why.what.c_str(), static_cast<long long>(r.why.count), r.why.last.c_str());
+  });
+}
+
+// graph_notes() -> [(spec, stopped, why)]: each specialization whose runs do not replay as CUDA
+// graphs (stopped), or whose graphs are keyed by their arguments' addresses (runtime/graphs/spec_graphs.h).
 PyObject* scm_graph_notes(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
-  PyObject* out = PyList_New(0);  // new ref
-  if (!out || !st->loaded || !st->graphs) return out;
-  for (const auto& note : st->loaded->graph_notes()) {
-    PyObject* item = Py_BuildValue("(iOs)", note.spec, note.stopped ? Py_True : Py_False, note.why.c_str());  // new ref
-    if (!item || PyList_Append(out, item) < 0) {
-      Py_XDECREF(item);
-      Py_DECREF(out);
-      return nullptr;
-    }
-    Py_DECREF(item);
-  }
-  return out;
+  if (!st->loaded || !st->graphs) return PyList_New(0);
+  return py_list(st->loaded->graph_notes(), [](const runtime::LoadedModule::GraphNote& n) {
+    return Py_BuildValue("(iOs)", n.spec, n.stopped ? Py_True : Py_False, n.why.c_str());
+  });
 }
 
 // spec_runs() -> [int]: how many runs each specialization has made (its loaded object's count, which

@@ -39,7 +39,6 @@ struct ScmState {
   struct PendingSelector {
     std::shared_ptr<SelectorBuild> build;
     std::vector<std::vector<int64_t>> tables;  // the guard tables its code reads
-    double started_at = 0.0;                   // when the miss started it (steady clock, s)
   };
   std::unique_ptr<PendingSelector> pending_selector;
   std::shared_ptr<const StateSet> state = std::make_shared<const StateSet>();

@@ -41,9 +41,10 @@
 //     overwrites those): a dense result is copied by a copy node the capture appended to the graph,
 //     its destination pointed at the fresh tensor before each launch (no copy issued by the host;
 //     the capture's own destinations, a second copy of each result in the graph's pool, are held
-//     while the graph lives); any other by ATen after the launch. Integer results are the capture run's, which the key fixes. A program whose
-//     results share memory with an argument, module state or each other is not replayed (its
-//     results could not be copied faithfully): graphs stop for the spec, with the reason.
+//     while the graph lives); any other by ATen after the launch. Integer results are the capture
+//     run's, which the key fixes. A program whose results share memory with an argument, module
+//     state or each other is not replayed (its results could not be copied faithfully): graphs
+//     stop for the spec, with the reason.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -110,6 +110,7 @@ bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t s
   c.state = state->tensors.data();
   c.nstate = static_cast<int32_t>(state->tensors.size());
   c.state_id = state;
+  c.recycle = st.reuse_outputs ? &mod.reuse_state()->pool : nullptr;
   runtime::SpecGraphs::Keyed k;
   if (!graphs.key_of(c, k)) return false;
   if (graphs.replay(c, k, f, out_ints)) return true;

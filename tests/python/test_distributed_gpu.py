@@ -26,7 +26,10 @@ def nccl():
     dist.destroy_process_group()
 
 
-def test_functional_and_inplace_all_reduce_run_natively(nccl):
+@pytest.mark.parametrize("graphs", [False, True])
+def test_functional_and_inplace_all_reduce_run_natively(nccl, graphs):
+    """With graphs=True too: a program with a collective is not captured as a CUDA graph (the
+    communicator holds its buffers: csrc/runtime/module/loaded_spec.cpp) and says so."""
     import torch.distributed._functional_collectives as fc
     dist = nccl
 
@@ -40,12 +43,15 @@ def test_functional_and_inplace_all_reduce_run_natively(nccl):
 
     x = torch.randn(8, 64, device="cuda")
     for fn in (functional, inplace):
-        fast = trident.compile(fn)
-        for _ in range(3):
+        fast = trident.compile(fn, graphs=graphs)
+        for _ in range(5):
             torch.testing.assert_close(fast(x), fn(x), rtol=0, atol=0)
         n = trident.counters(fast)
-        assert (n["captures"], n["hits"], n["fallbacks"], n["split_calls"]) == (1, 2, 0, 0), n
-        assert "_c10d_functional::all_reduce" in trident.explain(fast)
+        assert (n["captures"], n["hits"], n["fallbacks"], n["split_calls"]) == (1, 4, 0, 0), n
+        text = trident.explain(fast)
+        assert "_c10d_functional::all_reduce" in text
+        if graphs:
+            assert n["graph_replays"] == 0 and "does not replay as a CUDA graph: a collective" in text, text
 
 
 def test_tp_decoder_shard_in_bf16(nccl):

@@ -290,3 +290,40 @@ def test_generate_with_a_new_static_cache_per_call_rebinds_the_decode_graph_with
     c = trident.counters(model.forward)
     assert c["fallbacks"] == 0 and c["graph_captures"] == 1 and c["graph_rebinds"] == 2, c
     assert c["graph_replays"] >= 3 * 11 - 2 - 2, c  # every decode step but the first call's first two
+
+
+GRAPH_BYTES_CHECK = """
+import torch, triton, trident
+from test_graphs_gpu import three_kernels
+fast = trident.compile(three_kernels)  # graph mode: the default
+x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+for _ in range(5):
+    assert torch.equal(fast(x, y), three_kernels(x, y))
+c = trident.counters(fast)
+print(c["graphs"], c["graph_replays"])
+print(trident.explain(fast))
+"""
+
+
+@pytest.mark.parametrize("limit, held", [("1048576", False), ("", True)])
+def test_a_graph_over_the_byte_limit_is_not_kept_and_explain_says_why(limit, held):
+    """TRIDENT_GRAPH_BYTES (read once, by the native runtime): a capture whose private pool holds more
+    (here 4 MiB of intermediates against 1 MiB) is dropped and the spec runs without graphs, with
+    eager's results and the reason in explain; under the default limit the same program replays."""
+    require_cuda()
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("TRIDENT_GRAPH_BYTES", "TRIDENT_GRAPHS")}
+    if limit:
+        env["TRIDENT_GRAPH_BYTES"] = limit
+    env["PYTHONPATH"] = os.path.dirname(__file__) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", GRAPH_BYTES_CHECK], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    graphs, replays = map(int, r.stdout.splitlines()[0].split())
+    if held:
+        assert (graphs, replays) == (1, 3), r.stdout
+    else:
+        assert (graphs, replays) == (0, 0), r.stdout
+        assert "does not replay as a CUDA graph: a graph of it would hold" in r.stdout
+        assert "over TRIDENT_GRAPH_BYTES (1 MiB)" in r.stdout

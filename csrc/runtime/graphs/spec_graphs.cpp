@@ -6,6 +6,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
@@ -114,7 +115,19 @@ struct SpecGraphs::Graph {
   }
 };
 
-SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off) : writes_(std::move(writes)) {
+int64_t SpecGraphs::byte_limit() {
+  static const int64_t bytes = [] {
+    const char* v = std::getenv("TRIDENT_GRAPH_BYTES");
+    if (v == nullptr || *v == '\0') return kDefaultByteLimit;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    return *end == '\0' && n >= 0 ? static_cast<int64_t>(n) : kDefaultByteLimit;  // config.py raises first
+  }();
+  return bytes;
+}
+
+SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind)
+    : writes_(std::move(writes)), result_kind_(result_kind) {
   if (!graph_off.empty()) stop(graph_off);
 }
 SpecGraphs::~SpecGraphs() = default;
@@ -174,6 +187,20 @@ bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
   return true;
 }
 
+at::Tensor SpecGraphs::result(const Call& c, int32_t slot, const at::Tensor& like) {
+  if (!c.recycle) return at::empty_strided(like.sizes(), like.strides(), like.options());
+  ReusePool::Site& site = result_sites_[slot];
+  site.kind = result_kind_;
+  ReusePool::Key key(like.sizes().begin(), like.sizes().end());
+  key.append(like.strides().begin(), like.strides().end());
+  key.push_back(static_cast<int64_t>(like.scalar_type()));
+  key.push_back(like.get_device());
+  if (at::Tensor* kept = c.recycle->take(site, key)) return *kept;
+  at::Tensor t = at::empty_strided(like.sizes(), like.strides(), like.options());
+  c.recycle->keep(site, t, std::move(key));
+  return t;
+}
+
 std::string SpecGraphs::launch(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, void* stream) {
   const auto& d = cuda::driver();
   auto s = static_cast<CUstream>(stream);
@@ -200,7 +227,7 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, trd_frame& f, int64_t* o
   }
   CUcontext ctx = nullptr;
   for (const ResultCopy& oc : g.copies) {
-    at::Tensor out = at::empty_strided(oc.like.sizes(), oc.like.strides(), oc.like.options());
+    at::Tensor out = result(c, oc.slot, oc.like);
     CUDA_MEMCPY3D p = oc.params;
     p.dstDevice = reinterpret_cast<CUdeviceptr>(out.data_ptr());
     CUresult r = ctx ? CUDA_SUCCESS : d.CtxGetCurrent(&ctx);
@@ -216,7 +243,7 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, trd_frame& f, int64_t* o
       f.slots[slot] = at::clone(t);
       continue;
     }
-    at::Tensor out = at::empty_strided(t.sizes(), t.strides(), t.options());
+    at::Tensor out = result(c, slot, t);
     if (const size_t n = dense_bytes(t); n > 0) {
       const CUresult r = d.MemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(out.data_ptr()),
                                            reinterpret_cast<CUdeviceptr>(t.data_ptr()), n, s);
@@ -474,6 +501,13 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   if (why.empty()) {
     if (const CUresult r = cuda::driver().GraphInstantiateWithFlags(&g->exec, graph, 0); r != CUDA_SUCCESS)
       why = "cuGraphInstantiate: " + driver_error(r), g->exec = nullptr;
+  }
+  if (why.empty() && api->segments) {
+    uint64_t held = 0;
+    for (const auto& [begin, end] : api->segments(g->device, pool)) held += end - begin;
+    if (held > static_cast<uint64_t>(byte_limit()))
+      why = "a graph of it would hold " + std::to_string(held >> 20) + " MiB of its own memory, over TRIDENT_GRAPH_BYTES (" +
+            std::to_string(byte_limit() >> 20) + " MiB)";
   }
   if (why.empty() && moved[0] && moved[1]) {
     const AddressRanges segments = api->segments(g->device, pool);

@@ -37,8 +37,13 @@
 //     check nothing (in_graph_capture()). A run that fails under capture (a host synchronization,
 //     an op that refuses capture) stops graphs for the spec, with its reason; the call then runs as
 //     without graphs.
-//   - Results. A replay's results are fresh tensors, copies of the graph's own (the next replay
-//     overwrites those): a dense result is copied by a copy node the capture appended to the graph,
+//   - Memory. A graph holds its private pool's segments while it lives (its intermediates, its
+//     results' copies, what the rebind's moved captures took): eager frees those after each call.
+//     A capture whose pool holds more than byte_limit() is not kept, and graphs stop for the spec,
+//     with the reason: a program with that much intermediate memory (a long prefill) runs kernels
+//     long enough that launching them one by one costs little.
+//   - Results. A replay's results are fresh tensors (with reuse_outputs, ones the caller dropped:
+//     Call::recycle), copies of the graph's own (the next replay overwrites those): a dense result is copied by a copy node the capture appended to the graph,
 //     its destination pointed at the fresh tensor before each launch (no copy issued by the host;
 //     the capture's own destinations, a second copy of each result in the graph's pool, are held
 //     while the graph lives); any other by ATen after the launch. Integer results are the capture
@@ -54,11 +59,13 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "abi/trident_abi.h"
-#include "runtime/module/frame.h"
+#include "runtime/memory/buffer_reuse.h"
 #include "runtime/memory/private_pool.h"
+#include "runtime/module/frame.h"
 
 namespace trident::runtime {
 
@@ -83,6 +90,10 @@ class SpecGraphs {
   static constexpr size_t kRecaptureKinds = 8;
   static constexpr size_t kRecentKeys = 8;
   static constexpr int kAlignBits = 9;  // 512 bytes: every block of PyTorch's caching allocator
+  static constexpr int64_t kDefaultByteLimit = int64_t{1} << 30;
+  // The most memory one graph's private pool may hold (TRIDENT_GRAPH_BYTES, read once; default
+  // kDefaultByteLimit): a larger graph is dropped and graphs stop for the spec (see Memory).
+  static int64_t byte_limit();
 
   // What one call of the spec needs: its leaves and tensors, what the program writes, the state.
   struct Call {
@@ -92,10 +103,14 @@ class SpecGraphs {
     const at::Tensor* state = nullptr;
     int32_t nstate = 0;
     std::shared_ptr<const void> state_id;     // identity of the state set; held by a graph
+    // reuse_outputs=True: the module's pool (buffer_reuse.h), which hands a replay's results out
+    // again once the caller has dropped them, as a run without graphs does; nullptr: fresh tensors.
+    ReusePool* recycle = nullptr;
   };
 
-  // writes: the spec's `writes`; graph_off: its `graph off` reason (nonempty: graphs never start).
-  SpecGraphs(std::vector<int32_t> writes, std::string graph_off);
+  // writes: the spec's `writes`; graph_off: its `graph off` reason (nonempty: graphs never start);
+  // result_kind: the reuse kind (buffer_reuse.h) of its results' sites under Call::recycle.
+  SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind);
   ~SpecGraphs();
   SpecGraphs(const SpecGraphs&) = delete;
   SpecGraphs& operator=(const SpecGraphs&) = delete;
@@ -144,7 +159,15 @@ class SpecGraphs {
   bool launched(const std::string& error);  // true on success; else stops graphs with the error
   void stop(const std::string& why);
 
+  // A replay's result for frame slot `slot`, shaped as `like`: under c.recycle one the caller dropped
+  // (or fresh, kept for later), else fresh.
+  at::Tensor result(const Call& c, int32_t slot, const at::Tensor& like);
+
   std::vector<int32_t> writes_;
+  int32_t result_kind_;
+  // Per result slot, its allocation site in the module's pool (Call::recycle). Node-based: the pool
+  // holds pointers to sites, so they never move; they live as long as the spec, beyond any graph.
+  std::unordered_map<int32_t, ReusePool::Site> result_sites_;
   std::list<std::unique_ptr<Graph>> graphs_;  // most recently replayed first
   std::list<std::pair<Key, int>> recent_;  // keys of recent calls without a graph, with their counts
   bool stopped_ = false;

@@ -51,14 +51,22 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
   spec->output_ = ir::parse_operand(text.output);
   // A program with collectives waits on other processes: its runs let other Python threads in from
   // the first (holding the GIL across a wait on peers deadlocked a Gloo all-reduce under load).
+  // Nor is it captured as a CUDA graph (spec_graphs.h): what a captured collective reads and writes is
+  // held in the communicator's own work records, which the rebind check cannot see, and a one-rank
+  // all-reduce replayed from a graph returned wrong results (test_distributed_gpu.py).
+  std::string graph_off = ir.graph_off;
   for (const auto& site : spec->sites_)
-    if (site.name.rfind("_c10d_functional::", 0) == 0 || site.name.rfind("c10d::", 0) == 0)
+    if (site.name.rfind("_c10d_functional::", 0) == 0 || site.name.rfind("c10d::", 0) == 0) {
       spec->run_policy_.release_gil = true;
+      if (graph_off.empty()) graph_off = "a collective (" + site.name + "), whose buffers the communicator holds";
+    }
   for (auto& site : spec->sites_)
     if (site.may_reuse())
       site.reuse.kind =
           reuse.kinds.emplace(reuse_signature(site), static_cast<int32_t>(reuse.kinds.size())).first->second;
-  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, ir.graph_off);
+  // A graph's results share one reuse kind: their keys hold all of a result's metadata.
+  const int32_t result_kind = reuse.kinds.emplace("graph result", static_cast<int32_t>(reuse.kinds.size())).first->second;
+  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, graph_off, result_kind);
   return spec;
 }
 

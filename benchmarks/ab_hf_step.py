@@ -81,7 +81,7 @@ def compiled_without(change: str, step, ids, pos):
     """The step compiled with the change off, and its IR (lowered again under the same patches:
     lower_call captures and lowers anew with whatever trident's modules hold then)."""
     import trident
-    off = trident.compile(step, max_specializations=4)
+    off = trident.compile(step, max_specializations=4, graphs=False)
     with contextlib.ExitStack() as stack:
         for cm in _switched_off(change):
             stack.enter_context(cm)
@@ -115,7 +115,7 @@ def main():
     step = hf_llama.DecodeStep(model, opts.batch, cfg.max_cache)
     ids = torch.zeros((opts.batch, 1), dtype=torch.long, device=opts.device)
     pos = torch.tensor([min(100, cfg.max_cache - 1)], device=opts.device)
-    on = trident.compile(step, max_specializations=4)
+    on = trident.compile(step, max_specializations=4, graphs=False)
     off, off_text = compiled_without(opts.off, step, ids, pos)
     want = step(ids, pos)
     names = ("as built", f"{opts.off} off")

@@ -174,7 +174,7 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=No
     if mode == "eager":
         fn = step
     elif mode == "trident":
-        fn = trident.compile(step)
+        fn = trident.compile(step, graphs=False)
     elif mode == "trident-graphs":
         fn = trident.compile(step, graphs=True)
     elif mode == "backend":

@@ -111,7 +111,7 @@ def hf_step_lines(opts, device):
     if device == "cuda":
         hf_llama.use_kernels(model, triton=True)
     step = hf_llama.DecodeStep(model, opts.batch, cfg.max_cache)
-    fast = trident.compile(step, max_specializations=4)
+    fast = trident.compile(step, max_specializations=4, graphs=False)
     ids = torch.zeros((opts.batch, 1), dtype=torch.long, device=device)
     at = min(100, cfg.max_cache - 1)
     pos = torch.tensor([at], device=device)
@@ -170,7 +170,7 @@ def main():
         lines.append(f"{'op':28s} {'eager us':>9s} {'trident us':>10s}")
         for name, fn, args in ([] if opts.skip_ops else op_cases(device, dtype)):
             try:
-                fast = trident.compile(fn, max_specializations=4)
+                fast = trident.compile(fn, max_specializations=4, graphs=False)
                 fast(*args)
                 e, t = time_pair(fn, args, fast, opts.calls, 5)
                 lines.append(f"{name:28s} {e:9.2f} {t:10.2f}")
@@ -184,7 +184,7 @@ def main():
         model = models.Decoder(cfg, use_triton=device == "cuda", device=device).eval()
         caches = model.new_caches(opts.batch)
         x = model.new_input(opts.batch)
-        fast = trident.compile(model.decode_step, max_specializations=8)
+        fast = trident.compile(model.decode_step, max_specializations=8, graphs=False)
         for pos in opts.pos:
             fast(x, caches, pos)
             e, t = time_pair(lambda: model.decode_step(x, caches, pos), (), lambda: fast(x, caches, pos), 100, 5)

@@ -21,7 +21,7 @@ if _BUILT_TORCH is not None and _BUILT_TORCH != torch.__version__:
 
 from . import _C, _compat, _state  # noqa: E402
 from .compiled import CompiledFunction
-from .config import Options, kept_bytes as _kept_bytes
+from .config import Options, graph_bytes as _graph_bytes, kept_bytes as _kept_bytes
 from .errors import MissPolicyError, TridentError, UnsupportedError
 from .explain import explain
 
@@ -30,6 +30,7 @@ __all__ = ["compile", "warmup", "counters", "explain", "save", "load", "TridentE
 __version__ = "0.1.0"
 
 _kept_bytes()  # a malformed TRIDENT_KEPT_BYTES fails at import, not silently in the native runtime
+_graph_bytes()  # and TRIDENT_GRAPH_BYTES
 
 _recording_pools = _compat.private_pool_api()  # for the ATen calls that replay (csrc/runtime/replay/op_replay.h)
 if _recording_pools is not None:

@@ -31,15 +31,18 @@ from dataclasses import dataclass
 #   at a new address no longer replay cuBLASLt's launches (the HF Llama at batch 1: 26% fewer
 #   tokens/s, benchmarks/NOTES.md session 9). Read once, by the native runtime; kept_bytes()
 #   rejects a malformed value at import.
-# TRIDENT_GRAPHS: "1" makes graph mode (Options.graphs) the default of trident.compile and of the
-#   backend's options, "0" (default) leaves it off; an explicit graphs= wins. Read once, at import:
-#   how a whole test suite or benchmark runs under graph mode without editing it.
+# TRIDENT_GRAPHS: "1" (default) makes graph mode (Options.graphs) the default of trident.compile and
+#   of the backend's options, "0" turns it off; an explicit graphs= wins. Read once, at import.
+# TRIDENT_GRAPH_BYTES: the most memory one CUDA graph's private pool may hold (default 1073741824,
+#   1 GiB); a specialization whose graph would hold more runs without graphs, said in explain
+#   (csrc/runtime/graphs/spec_graphs.h, Memory). Read once, by the native runtime; graph_bytes()
+#   rejects a malformed value at import.
 
 ON_MISS_POLICIES = ("compile", "error", "eager")
 
 
 def _graphs_default() -> bool:
-    raw = os.environ.get("TRIDENT_GRAPHS", "0")
+    raw = os.environ.get("TRIDENT_GRAPHS", "1")
     if raw not in ("0", "1"):
         raise ValueError(f"TRIDENT_GRAPHS must be 0 or 1, got {raw!r}")
     return raw == "1"
@@ -74,19 +77,20 @@ class Options:
         memory, so a returned tensor used on another stream must stay referenced until that stream
         is done with it, and a result's _version continues from its last use
         (csrc/runtime/memory/buffer_reuse.h).
-    graphs: False (default; TRIDENT_GRAPHS=1 makes it True), or True: on CUDA, a specialization
+    graphs: True (default; TRIDENT_GRAPHS=0 makes it False) or False: on CUDA, a specialization
         called a third time with the same arguments (tensors by sizes, strides and address
         alignment; the same ints and floats) is captured as one CUDA graph, and each later such call
         replays it with one graph launch after the native guards, instead of launching its kernels
         one by one (csrc/runtime/graphs/spec_graphs.h). Tensors at new addresses (a new KV cache, new
         token ids) are pointed at by the graph's nodes before the launch, or, for a small tensor
         the program only reads that many nodes hold, copied into the graph's own buffer; in-place
-        writes (a KV cache) land in the caller's tensors. A replay returns fresh tensors, as a call
-        without graphs does. The graph's intermediates stay
-        allocated while it lives (in a private pool, as torch.cuda.graph's), at most 4 graphs per
+        writes (a KV cache) land in the caller's tensors. A replay returns its results as a call
+        without graphs does (fresh tensors, or with reuse_outputs=True ones the caller dropped). The
+        graph's intermediates stay allocated while it lives (in a private pool, as
+        torch.cuda.graph's; at most TRIDENT_GRAPH_BYTES, 1 GiB, per graph), at most 4 graphs per
         specialization. A specialization whose program cannot be captured (it computes on the CPU,
-        synchronizes with the host, or returns memory an argument shares) runs as without graphs;
-        trident.explain says why.
+        synchronizes with the host, calls a collective, or returns memory an argument shares) runs
+        as without graphs; trident.explain says why.
     fullgraph: False (default): a call that cannot be captured as one program (a call into an opaque
         extension, a construct the lowering cannot take) runs split where torch.compile splits it,
         each piece native, Python between them, said once (graph_breaks.py); True: such a call
@@ -143,6 +147,19 @@ def triton_target():
 
 
 DEFAULT_KEPT_BYTES = 256 << 20
+
+
+DEFAULT_GRAPH_BYTES = 1 << 30
+
+
+def graph_bytes() -> int:
+    """TRIDENT_GRAPH_BYTES as the native runtime reads it (a decimal count of bytes, 0 or more)."""
+    raw = os.environ.get("TRIDENT_GRAPH_BYTES", "")
+    if raw == "":
+        return DEFAULT_GRAPH_BYTES
+    if not raw.isdigit():
+        raise ValueError(f"TRIDENT_GRAPH_BYTES must be a number of bytes (0 or more), got {raw!r}")
+    return int(raw)
 
 
 def kept_bytes() -> int:

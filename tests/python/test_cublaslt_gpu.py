@@ -118,7 +118,7 @@ def test_a_contiguous_nd_input_is_multiplied_without_views(nd):
     before = trident._C._set_linear_nd(nd)
     try:
         model = NdMlp()
-        fast = trident.compile(model)
+        fast = trident.compile(model, graphs=False)  # counts the ATen calls of a run, not a replay
         returned = trident.compile(lambda x, w: F.linear(x, w))
         for batch in (1, 8):
             x = torch.randn(batch, 1, 2048, device="cuda", dtype=torch.bfloat16)

@@ -48,7 +48,7 @@ def test_the_spec_lists_the_arguments_it_writes():
 
 
 def test_without_graphs_explain_says_nothing_of_them():
-    fast = trident.compile(accumulate)
+    fast = trident.compile(accumulate, graphs=False)
     fast(torch.ones(2), torch.zeros(2))
     assert "CUDA graph" not in "\n".join(l for l in trident.explain(fast).splitlines() if not l.startswith("      "))
 
@@ -62,11 +62,11 @@ print(trident.controller(trident.compile(lambda x: x + 1)).options.graphs,
 """
 
 
-@pytest.mark.parametrize("env, expected", [(None, "False False True False"), ("0", "False False True False"),
+@pytest.mark.parametrize("env, expected", [(None, "True False True True"), ("0", "False False True False"),
                                            ("1", "True False True True")])
 def test_trident_graphs_sets_the_default_and_an_explicit_graphs_wins(env, expected):
-    """TRIDENT_GRAPHS=1 (read once, at import) makes graph mode the default of trident.compile and of
-    the backend's options (trident.Options): how a whole suite runs under graph mode."""
+    """Graph mode is the default of trident.compile and of the backend's options (trident.Options);
+    TRIDENT_GRAPHS=0 (read once, at import) turns it off; an explicit graphs= wins."""
     environ = {k: v for k, v in os.environ.items() if k != "TRIDENT_GRAPHS"}
     if env is not None:
         environ["TRIDENT_GRAPHS"] = env
@@ -76,8 +76,11 @@ def test_trident_graphs_sets_the_default_and_an_explicit_graphs_wins(env, expect
     assert r.stdout.split("\n")[-2] == expected
 
 
-def test_a_malformed_trident_graphs_fails_at_import():
+@pytest.mark.parametrize("name, value, message", [
+    ("TRIDENT_GRAPHS", "yes", "TRIDENT_GRAPHS must be 0 or 1, got 'yes'"),
+    ("TRIDENT_GRAPH_BYTES", "1G", "TRIDENT_GRAPH_BYTES must be a number of bytes (0 or more), got '1G'")])
+def test_a_malformed_graph_setting_fails_at_import(name, value, message):
     r = subprocess.run([sys.executable, "-c", "import trident"], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "TRIDENT_GRAPHS": "yes"})
+                       env={**os.environ, name: value})
     assert r.returncode != 0
-    assert "TRIDENT_GRAPHS must be 0 or 1, got 'yes'" in r.stderr
+    assert message in r.stderr

@@ -256,6 +256,37 @@ def _install_ttir_scalar_fix() -> bool:
     return True
 
 
+def _install_descriptor_writes() -> bool:
+    """torch's analysis of which tensors a user kernel writes (get_mutated_tensors) names Triton's
+    TTIR parameters after the launch's arguments in order; Triton 3.6 lowers a host-side tensor
+    descriptor to several parameters (the descriptor, its sizes, its strides), so every argument
+    after the first descriptor is misnamed and a store through a descriptor is lost: the launch was
+    dropped as writing nothing. During trident's capture, a launch with descriptors writes each
+    descriptor the kernel may write through (library_launches.descriptor_writes, from its source)
+    and, conservatively, every other tensor argument."""
+    try:
+        from torch._higher_order_ops import triton_kernel_wrap
+        orig = triton_kernel_wrap.get_mutated_tensors
+    except (ImportError, AttributeError):
+        return False
+    if getattr(orig, "_trident_fix", False):
+        return True
+
+    def get_mutated_tensors(kernel_idx, constant_args_idx, kwargs, tma_descriptor_metadata):
+        names = orig(kernel_idx, constant_args_idx, kwargs, tma_descriptor_metadata)
+        if not tma_descriptor_metadata or not getattr(_capture, "active", False):
+            return names
+        from .library_launches import descriptor_writes
+        kernel = triton_kernel_wrap.kernel_side_table.get_kernel(kernel_idx)
+        written = descriptor_writes(kernel, set(tma_descriptor_metadata))
+        return [k for k, v in kwargs.items()
+                if isinstance(v, torch.Tensor) and (k not in tma_descriptor_metadata or k in written)]
+
+    get_mutated_tensors._trident_fix = True
+    triton_kernel_wrap.get_mutated_tensors = get_mutated_tensors
+    return True
+
+
 def _symint_positions(key):
     """For an indexing key (a Dynamo VariableTracker) of basic indexing (ints, slices, None; no
     Ellipsis) with symbolic ints among its items (`cache[:, :, pos]`, `pos` kept symbolic): the key
@@ -545,6 +576,7 @@ def capturing():
         _install_ttir_scalar_fix()
         _install_symint_indexing()
         _install_triton_launch_options()
+        _install_descriptor_writes()
         _install_tensor_branches()
         _install_global_recorder()
     prev = getattr(_capture, "active", False)

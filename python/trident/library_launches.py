@@ -19,6 +19,14 @@ makes. While it does, `traceable()` makes the Triton launches recordable too:
   - An argument that is not a tensor but has `data_ptr()` (a `StridedBuffer`, a typed pointer) is
     launched as the view of the tensor whose memory it points into, at its offset, with its
     shape and strides where it has them (nonnegative), else to the end of that memory.
+  - A host-side TMA descriptor (triton.tools.tensor_descriptor.TensorDescriptor) is launched as
+    the tensor it describes (its base, viewed with its shape and strides where they differ), with
+    its block in the launch's TMA metadata, as Dynamo captures `TensorDescriptor.from_tensor`.
+    Where the library makes it with a dummy block that each autotune config's pre_hook sets
+    (FlagGems' Hopper mm), the configs go to torch without their hooks and the lowering replays the
+    chosen config's hook once, on stand-ins (hooked_block_shapes): a hook that does anything but
+    set blocks is refused. torch's analysis of which arguments such a launch writes misnames
+    them (_compat._install_descriptor_writes says why and what trident does instead).
   - `jit_fn.run(..., grid=..., warmup=False)` called directly is the same launch; a
     `CompiledKernel` launched directly (a library's own cache of them) is refused, so nothing is
     ever launched with the made-up addresses below.
@@ -170,6 +178,133 @@ def _kernel_of(launcher):
     return k, passed
 
 
+class _HookTouched(Exception):
+    pass
+
+
+class _DescriptorStandIn:
+    """What an autotune config's pre_hook sees of a host-side tensor descriptor while trident learns
+    the block shape the hook sets (hooked_block_shapes): its block_shape; any other use raises."""
+    __slots__ = ("_name", "block_shape")
+
+    def __init__(self, name: str, block):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "block_shape", list(block))
+
+    def __getattr__(self, attr):
+        raise _HookTouched(f"{self._name}.{attr}")
+
+    def __setattr__(self, attr, value):
+        if attr != "block_shape":
+            raise _HookTouched(f"{self._name}.{attr}")
+        object.__setattr__(self, attr, value)
+
+
+class _Opaque:
+    """A tensor argument as hooked_block_shapes shows it to a pre_hook: any attribute use raises."""
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def __getattribute__(self, attr):
+        raise _HookTouched(object.__getattribute__(self, "_name") + ("" if attr.startswith("__") else "." + attr))
+
+
+def hooked_block_shapes(hook, nargs: dict, blocks: dict, where: str) -> dict:
+    """The block shape an autotune config's `pre_hook` sets on each host-side tensor descriptor in
+    `blocks` (argument name -> the block it was made with), given the launch's other arguments and
+    the config's values in `nargs` (ints and constexprs as they are). FlagGems' Hopper mm makes its
+    descriptors with a dummy block that such a hook sets per config; trident replays exactly that,
+    once, at capture. UnsupportedError when the hook does anything else (reads a tensor, sets
+    another attribute): it would have to run before every launch."""
+    stand = {k: _DescriptorStandIn(k, b) for k, b in blocks.items()}
+    view = {k: stand[k] if k in stand else
+            _Opaque(k) if isinstance(v, torch.Tensor) or hasattr(v, "data_ptr") or hasattr(v, "meta") else v
+            for k, v in nargs.items()}
+    view.update(stand)
+    try:
+        hook(view)
+    except _HookTouched as e:
+        raise UnsupportedError(f"{where}: its autotune config's pre_hook uses {e}; trident replays a pre_hook "
+                               "only when all it does is set host-side descriptors' block shapes") from None
+    except Exception as e:  # noqa: BLE001 - the library's code, run on stand-ins
+        raise UnsupportedError(f"{where}: its autotune config's pre_hook failed on trident's stand-in "
+                               f"descriptors ({type(e).__name__}: {e})") from None
+    return {k: tuple(int(x) for x in s.block_shape) for k, s in stand.items()}
+
+
+def _hooks_apart(autotuner):
+    """`autotuner` (a plain triton.autotune whose configs have pre_hooks) as one torch's launch capture
+    takes: the same configs without their hooks, each hook kept as the config's `_trident_pre_hook`
+    (the lowering replays it on stand-ins: hooked_block_shapes), and the hooked autotuner as
+    `_trident_hooked` (the lowering benchmarks through it, so each config runs with its hook)."""
+    import copy
+
+    from triton.runtime.autotuner import autotune
+    apart = getattr(autotuner, "_trident_hooks_apart", None)
+    if apart is None:
+        configs = []
+        for cfg in autotuner.configs:
+            c = copy.copy(cfg)
+            c._trident_pre_hook, c.pre_hook = cfg.pre_hook, None
+            configs.append(c)
+        apart = autotune(configs=configs, key=list(getattr(autotuner, "keys", []) or []))(autotuner.fn)
+        apart._trident_hooked = autotuner
+        autotuner._trident_hooks_apart = apart
+    return apart
+
+
+# What a kernel may do with a descriptor argument without writing through it.
+_DESCRIPTOR_READS = {"load", "gather", "shape", "strides", "block_shape", "dtype", "block_type"}
+
+
+def descriptor_writes(kernel, names) -> set:
+    """The descriptor arguments in `names` that `kernel` (a JITFunction, or a launcher around one)
+    may write through: every one its source uses other than by `.load(...)`, `.gather(...)` or
+    reading its shape, strides, block or dtype (passed to another function, stored to, an atomic:
+    counted as written). What torch's own analysis of a launch's writes misses for descriptors
+    (_compat._install_descriptor_writes)."""
+    import ast
+    import textwrap
+    jit = kernel
+    while not hasattr(jit, "src") and hasattr(jit, "fn"):
+        jit = jit.fn
+    try:
+        tree = ast.parse(textwrap.dedent(jit.src))
+    except (AttributeError, SyntaxError):
+        return set(names)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), None)
+    if fn is None:
+        return set(names)
+    parents = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+    written = set()
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Name) and node.id in names) or isinstance(parents.get(node), ast.arguments):
+            continue
+        up = parents.get(node)
+        if isinstance(up, ast.Attribute) and up.attr in _DESCRIPTOR_READS and not isinstance(up.ctx, ast.Store):
+            call = parents.get(up)
+            if up.attr not in ("load", "gather") or (isinstance(call, ast.Call) and call.func is up):
+                continue
+        written.add(node.id)
+    return written
+
+
+def _descriptor_view(d, where: str):
+    """A host-side TensorDescriptor as the tensor torch's launch capture takes for one ("stable"
+    metadata: the descriptor is that tensor's shape and strides): its base viewed with them."""
+    if getattr(d, "padding", "zero") != "zero":
+        raise UnsupportedError(f"{where} is a host-side TMA descriptor with padding={d.padding!r}; trident "
+                               "captures those with zero padding")
+    base = _as_tensor(d.base, where)
+    if not isinstance(base, torch.Tensor):
+        raise UnsupportedError(f"{where} is a host-side TMA descriptor over a {type(d.base).__qualname__}")
+    if tuple(d.shape) == tuple(base.shape) and tuple(d.strides) == tuple(base.stride()):
+        return base  # the tensor itself: a write through it is a write of it (no view to scatter back)
+    return base.as_strided(tuple(d.shape), tuple(d.strides), base.storage_offset())
+
+
 def _as_tensor(v, where: str):
     """A launch argument as Triton would read it: tensors as they are; an object with data_ptr()
     as the view of the tensor its pointer points into (module docstring)."""
@@ -209,8 +344,8 @@ def refuse_opaque_argument(v, where: str) -> None:
     """Raise UnsupportedError for a launch argument that holds tensors but is neither a tensor nor a
     pointer wrapper (_as_tensor): torch's launch capture would keep it as a constant, with the
     capture's fake tensors inside, and see no tensor the launch writes, so the launch would be
-    dropped from the program as if it did nothing. A host-side TMA descriptor is one, a tuple of
-    tensors (a Triton tuple parameter) another."""
+    dropped from the program as if it did nothing. A tuple of tensors (a Triton tuple parameter) is
+    one; a host-side TMA descriptor was, until _launch launched it as the tensor it describes."""
     if isinstance(v, (torch.Tensor, int, float, bool, str, type(None), torch.dtype)):
         return
     try:
@@ -261,8 +396,21 @@ def _launch(launcher, grid, args, kwargs):
     while not isinstance(jit, JITFunction):
         jit = jit.fn
     where = f"Triton kernel {jit.fn.__name__}"
-    args = tuple(_as_tensor(a, where) for a in args)
-    kwargs = {k: _as_tensor(v, where) for k, v in kwargs.items()}
+    # Host-side TMA descriptors: each becomes the view it describes, with its block shape in the
+    # launch's "stable" TMA metadata (as Dynamo captures TensorDescriptor.from_tensor).
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # a Triton without host descriptors
+        TensorDescriptor = ()
+    blocks = {}
+    named = dict(zip(jit.arg_names, args))
+    for name, v in [*named.items(), *kwargs.items()]:
+        if isinstance(v, TensorDescriptor):
+            blocks[name] = tuple(v.block_shape)
+    args = tuple(_descriptor_view(a, f"{where}: argument {n}") if n in blocks else _as_tensor(a, where)
+                 for n, a in zip(jit.arg_names, args))
+    kwargs = {k: _descriptor_view(v, f"{where}: argument {k}") if k in blocks else _as_tensor(v, where)
+              for k, v in kwargs.items()}
     for name, v in [*zip(jit.arg_names, args), *kwargs.items()]:
         refuse_opaque_argument(v, f"{where}: argument {name}")
     # What trident's strict capture also fixes (_compat._install_triton_launch_options): constexprs
@@ -276,4 +424,41 @@ def _launch(launcher, grid, args, kwargs):
         kernel = autotune(configs=[Config({}, **options)], key=[])(kernel)
     for name in passed or ["(triton)"]:
         _local.launchers[name] = _local.launchers.get(name, 0) + 1
-    TraceableTritonKernelWrapper(kernel, None, grid)(*args, **kwargs)
+    if not blocks:
+        return TraceableTritonKernelWrapper(kernel, None, grid)(*args, **kwargs)
+    if isinstance(kernel, Autotuner) and any(c.pre_hook is not None for c in kernel.configs):
+        kernel = _hooks_apart(kernel)
+        first = kernel.configs[0]  # what torch's mutation analysis compiles with
+        nargs = {**dict(zip(jit.arg_names, args)), **kwargs, **first.all_kwargs()}
+        blocks = hooked_block_shapes(first._trident_pre_hook, nargs, blocks, where)
+    return _DescriptorHOPifier({k: ("stable", (list(b),)) for k, b in blocks.items()}).call_triton_kernel(
+        TraceableTritonKernelWrapper(kernel, None, grid), args, kwargs, None)
+
+
+def _descriptor_hopifier_class():
+    from torch._higher_order_ops.triton_kernel_wrap import TracingTritonHOPifier, triton_kernel_wrapper_mutation
+
+    class DescriptorHOPifier(TracingTritonHOPifier):
+        """torch's tracing of a launch (TracingTritonHOPifier), with the TMA metadata of its host-side
+        descriptors, which torch's own leaves empty outside Dynamo."""
+
+        def __init__(self, tma: dict):
+            super().__init__()
+            self.tma = tma
+
+        def call_HOP(self, variable, grids, combined_args, tx):
+            graphable, constant_args_idx = self.store_non_graphable_args(combined_args)
+            return triton_kernel_wrapper_mutation(kernel_idx=variable.kernel_idx, constant_args_idx=constant_args_idx,
+                                                  grid=grids, tma_descriptor_metadata=self.tma, kwargs=graphable)
+
+    return DescriptorHOPifier
+
+
+def _DescriptorHOPifier(tma: dict):
+    global _hopifier_class
+    if _hopifier_class is None:
+        _hopifier_class = _descriptor_hopifier_class()
+    return _hopifier_class(tma)
+
+
+_hopifier_class = None

@@ -28,7 +28,8 @@ class LibEntry(triton.KernelInterface):
         self.lock = threading.Lock()
 
     def run(self, *args, grid, warmup=False, **kwargs):
-        key = tuple((a.dtype, a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else (type(a), a) for a in args)
+        key = tuple((a.dtype, a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else
+                    (type(a), a.base.dtype) if hasattr(a, "block_shape") else (type(a), a) for a in args)
         key += tuple(sorted(kwargs.items()))
         with self.lock:
             hit = self.kernel_cache.get(key)
@@ -246,4 +247,37 @@ def scale_direct(x: torch.Tensor, alpha: float) -> torch.Tensor:
     n = x.numel()
     _scale_kernel.run(StridedBuffer(x, (n,), (1,)), StridedBuffer(out, (n,), (1,)), n, alpha, BLOCK=128,
                       grid=(triton.cdiv(n, 128), 1, 1), warmup=False)
+    return out
+
+
+# Host-side TMA descriptors as FlagGems' Hopper mm makes them: built with a dummy [1, 1] block that
+# each autotune config's pre_hook sets to the config's tile (matmul_tma_set_block_size_hook).
+@triton.jit
+def _tile_scale_jit(in_desc, out_desc, alpha, BM: tl.constexpr, BN: tl.constexpr):
+    pm, pn = tl.program_id(0), tl.program_id(1)
+    tile = in_desc.load([pm * BM, pn * BN])
+    out_desc.store([pm * BM, pn * BN], (tile.to(tl.float32) * alpha).to(tl.float16))
+
+
+def _set_tile_blocks(nargs):
+    nargs["in_desc"].block_shape = [nargs["BM"], nargs["BN"]]
+    nargs["out_desc"].block_shape = [nargs["BM"], nargs["BN"]]
+
+
+_tile_one = libentry()(libtuner(configs=[triton.Config({"BM": 64, "BN": 32}, num_warps=4, pre_hook=_set_tile_blocks)],
+                                key=["alpha"])(_tile_scale_jit))
+_tile_two = libentry()(libtuner(configs=[triton.Config({"BM": 64, "BN": 32}, num_warps=4, pre_hook=_set_tile_blocks),
+                                         triton.Config({"BM": 32, "BN": 64}, num_warps=4, pre_hook=_set_tile_blocks)],
+                                key=["alpha"])(_tile_scale_jit))
+
+
+def tile_scale(x: torch.Tensor, alpha: float, two_configs: bool = False) -> torch.Tensor:
+    """alpha * x for a 2-D fp16 x, through host-side descriptors whose blocks the config's pre_hook
+    sets (one config, or two for the autotuner to choose between)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    out = torch.empty_like(x)
+    d_in = TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1])
+    d_out = TensorDescriptor(out, list(out.shape), list(out.stride()), [1, 1])
+    grid = lambda meta: (triton.cdiv(x.shape[0], meta["BM"]), triton.cdiv(x.shape[1], meta["BN"]))  # noqa: E731
+    (_tile_two if two_configs else _tile_one)[grid](d_in, d_out, alpha)
     return out

@@ -73,14 +73,11 @@ TORCH_CASES = {c[0]: c for c in flaggems_cases.make_cases(through_torch=True)}
 
 
 # FlagGems' Hopper mm (what enable() registers on an H200; flag_gems.ops.mm is the generic one)
-# launches through host-side TMA descriptors, whose autotune configs set the block shape in a
-# pre_hook: torch's launch capture refuses it, and trident has no host TMA descriptors yet. The
-# op stays a call of FlagGems' Python, which explain says.
-_HOST_TMA = pytest.mark.xfail(strict=True, reason="host-side TMA descriptors are not captured yet")
-
-
+# launches through host-side TMA descriptors made with a dummy block that its autotune configs'
+# pre_hook sets per config: captured as descriptors of the chosen config's blocks
+# (library_launches.hooked_block_shapes).
 @pytest.mark.parametrize("name", ["add", "silu", "rms_norm", "embedding", "sum", "where", "index_select",
-                                  "topk", "softmax", "layer_norm", "argmax", "addmm", pytest.param("mm", marks=_HOST_TMA)])
+                                  "topk", "softmax", "layer_norm", "argmax", "addmm", "mm"])
 def test_ops_flag_gems_enables_run_its_kernels_natively(name):
     """Code written for PyTorch (`x + y`, `torch.mm`), with FlagGems enabled the way its users
     enable it: the ATen ops' Python kernels FlagGems registered are inlined at capture, so a hit

@@ -121,3 +121,34 @@ def test_a_construct_in_the_functions_own_file_splits_instead():
         out = fast(torch.ones(3))
     torch.testing.assert_close(out, torch.full((3,), 66.0))
     assert "calls split at graph breaks" in trident.explain(fast)
+
+
+def test_host_descriptors_with_a_block_setting_pre_hook_launch_as_tma_descriptors(sm90):
+    """FlagGems' Hopper mm pattern (mini_gems.tile_scale): TensorDescriptors made with a dummy block,
+    set per config by the config's pre_hook. Each becomes the tensor it describes, specialized as a
+    tensordesc of the block the chosen config's hook sets (replayed once on stand-ins), declared with
+    its TMA clause, launched with its sizes and strides after it."""
+    x = torch.randn(128, 256, dtype=torch.float16)
+    lowered = _lowered(lambda x: mini_gems.tile_scale(x, 0.5), x)
+    text = lowered.text
+    decl = next(line.strip() for line in text.splitlines() if line.strip().startswith("kernel "))
+    assert '"_tile_scale_jit"' in decl and decl.count(" tma ") == 2, decl
+    assert "tensordesc<fp16[64, 32]>" in lowered.kernel_notes[0][3], lowered.kernel_notes  # the hook's block
+    assert re.search(r"launch 0 grid\(2, 8, 1\) \(%\d+, 128, 256, 256, 1, %\d+, 128, 256, 256, 1, ", text), text
+    assert "guard L0.data_ptr divby 16" in text  # TMA's aligned base
+    assert "aten::clone" not in text and "scatter" not in text  # each descriptor is its whole tensor
+    assert lowered.route.endswith("Triton launches via LibEntry x1, LibTuner x1"), lowered.route
+
+
+def test_a_pre_hook_that_does_more_than_set_blocks_is_refused_naming_what_it_touched(sm90):
+    import triton
+    from trident.errors import UnsupportedError
+    from trident.library_launches import hooked_block_shapes
+    blocks = {"in_desc": (1, 1)}
+    assert hooked_block_shapes(mini_gems._set_tile_blocks, {"in_desc": None, "out_desc": None, "BM": 16, "BN": 8},
+                               {"in_desc": (1, 1), "out_desc": (1, 1)}, "k") == {"in_desc": (16, 8), "out_desc": (16, 8)}
+    with pytest.raises(UnsupportedError, match=r"k: its autotune config's pre_hook uses out\.zero_"):
+        hooked_block_shapes(lambda n: n["out"].zero_(), {"out": torch.empty(2)}, blocks, "k")
+    with pytest.raises(UnsupportedError, match=r"pre_hook uses in_desc\.base"):
+        hooked_block_shapes(lambda n: n["in_desc"].base, {}, blocks, "k")
+    assert triton  # the kernels above are Triton's

@@ -1,7 +1,9 @@
 """The launch of a kernel taking host-side tensor descriptors (csrc/runtime/launch/triton_launch.cpp:
-encode_tma), on the GPU, from host IR written here (the capture of descriptors comes later): a
-kernel that loads and stores tiles through two descriptors, launched natively with each CUtensorMap
-encoded from its tensor, writes exactly what Triton's own launch of it writes."""
+encode_tma), on the GPU: from host IR written here, a kernel that loads and stores tiles through two
+descriptors, launched natively with each CUtensorMap encoded from its tensor, writes exactly what
+Triton's own launch of it writes; and captured (library_launches.py, triton_lower.py) from user code
+and from a library whose autotune configs set the descriptors' blocks in a pre_hook (FlagGems' Hopper
+mm pattern: mini_gems.tile_scale), against eager."""
 import pytest
 import torch
 import triton
@@ -55,3 +57,48 @@ def test_a_tensor_descriptor_launch_writes_what_tritons_launch_writes(tmp_path, 
     torch.cuda.synchronize()
     assert torch.equal(got, want)
     assert torch.equal(want, x + 3)
+
+
+def _require_tma():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.fail("GPU test run without a CUDA device of compute capability 9.0 or more (TMA)")
+
+
+def _user_tiles(x):
+    out = torch.empty_like(x)
+    grid = (triton.cdiv(x.shape[0], 64), triton.cdiv(x.shape[1], 32))
+    tile_plus_n[grid](TensorDescriptor.from_tensor(x, [64, 32]), TensorDescriptor.from_tensor(out, [64, 32]), 3,
+                      BM=64, BN=32)
+    return out
+
+
+@pytest.mark.parametrize("columns", [slice(None), slice(32, None)])
+def test_user_code_with_tensor_descriptors_is_captured_and_launched_natively(columns):
+    _require_tma()
+    import trident
+    x = torch.randn(256, 512, device="cuda", dtype=torch.float16)[:, columns]
+    fast = trident.compile(_user_tiles)
+    for _ in range(4):
+        x.normal_()
+        assert torch.equal(fast(x), _user_tiles(x))
+    n = trident.counters(fast)
+    assert (n["captures"], n["fallbacks"], n["hits"]) == (1, 0, 3), n
+
+
+def test_a_library_whose_configs_set_descriptor_blocks_in_a_pre_hook_is_captured_and_autotuned():
+    _require_tma()
+    import mini_gems
+    import trident
+
+    def fn(x):
+        return mini_gems.tile_scale(x, 0.5, two_configs=True)
+
+    x = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    want = fn(x)
+    fast = trident.compile(fn)
+    for _ in range(4):
+        assert torch.equal(fast(x), want)
+    n = trident.counters(fast)
+    assert (n["captures"], n["fallbacks"], n["hits"]) == (1, 0, 3), n
+    text = trident.explain(fast)
+    assert "_tile_scale_jit" in text and "LibTuner" in text, text

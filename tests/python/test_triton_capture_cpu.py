@@ -250,14 +250,21 @@ def _doubled_through_host_descriptors(x):
     return out
 
 
-def test_a_launch_argument_holding_tensors_is_refused_not_dropped():
+def test_host_descriptors_in_user_code_are_launched_as_tma_descriptors_not_dropped(monkeypatch):
     """Torch's launch capture keeps a non-tensor argument as a constant: a launch whose tensors are
-    all inside such objects (host-side TMA descriptors) looked like it wrote nothing and vanished
-    from the program, a result of uninitialized memory. It is refused instead, by name, and the
-    call runs eagerly."""
+    all inside such objects looked like it wrote nothing and vanished from the program. Host-side
+    TMA descriptors (TensorDescriptor.from_tensor in the user's file; Dynamo stops inside Triton's
+    TensorDescriptor, the traced route takes it) are launched as the tensors they describe, declared
+    as TMA descriptors; other objects holding tensors are refused by name."""
+    from fake_cuda import capture_as_sm90
     x = torch.randn(256, 128, dtype=torch.float16)
-    with pytest.raises(trident.UnsupportedError, match="argument in_desc is a host-side TMA descriptor"):
-        _spec_text(_doubled_through_host_descriptors, x)
+    with capture_as_sm90(monkeypatch):
+        lowered, _ = _spec_text(_doubled_through_host_descriptors, x)
+    (decl,) = [line for line in lowered.text.splitlines() if line.strip().startswith("kernel ")]
+    assert '"tmadesc,i32,i32,i64,i64,tmadesc,i32,i32,i64,i64"' in decl and decl.endswith(
+        "tma 2 2 6 0 0 64 32 tma 2 2 6 0 0 64 32"), decl
+    assert "launch 0 grid(4, 4, 1) (%0, 256, 128, 128, 1, %1, 256, 128, 128, 1)" in lowered.text, lowered.text
+    assert "return %1" in lowered.text  # the launch writes the result: it stays in the program
 
     class Holder:
         def __init__(self, t):

@@ -11,6 +11,7 @@ other use, so a kernel that writes its input in place (a KV cache) writes it in 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import operator
 import os
 import threading
@@ -123,9 +124,15 @@ class TritonCall:
         except TypeError as e:
             lw.fail(node, str(e))
         self.name = self.jit.fn.__name__
-        if node.kwargs.get("tma_descriptor_metadata"):  # Dynamo's form of host-side TMA descriptors
-            self.fail(f"arguments {sorted(node.kwargs['tma_descriptor_metadata'])} are host-side TMA "
-                      "descriptors (TensorDescriptor), which trident does not capture yet")
+        # Host-side TMA descriptors (TensorDescriptor), as torch's capture records them: the argument
+        # is the tensor the descriptor describes (its shape and strides), the block in the metadata
+        # ("stable", (block,)), or set by the chosen config's pre_hook (library_launches).
+        self.tma = {}
+        for name, meta in (node.kwargs.get("tma_descriptor_metadata") or {}).items():
+            if not (isinstance(meta, tuple) and len(meta) == 2 and meta[0] == "stable"):
+                self.fail(f"argument {name} is a TMA descriptor of Triton's experimental API "
+                          "(create_2d_tma_descriptor); trident captures triton.tools.tensor_descriptor's")
+            self.tma[name] = tuple(int(b) for b in meta[1][0])
 
     def fail(self, what: str):
         raise UnsupportedError(f"Triton kernel {self.name}: {what}")
@@ -154,6 +161,17 @@ class TritonCall:
         return self.lw.alignment(fake)
 
     # -- config -------------------------------------------------------------------------------
+    def _real_argument(self, name: str, v):
+        """What Triton's launch gets for an argument when the lowering benchmarks or runs heuristics:
+        a real tensor like `v`, as a TensorDescriptor where the launch had one."""
+        if not isinstance(v, fx.Node):
+            return v
+        t = self._tensor_example(v)
+        if name not in self.tma:
+            return t
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), list(self.tma[name]))
+
     def _choose_config(self, args: dict, grids: list):
         """The autotune config Triton would launch and the index of its grid in `grids`."""
         at = self.autotuner
@@ -168,8 +186,10 @@ class TritonCall:
         devices = {v.meta["val"].device for v in args.values() if isinstance(v, fx.Node)}
         if not any(d.type == "cuda" for d in devices) or not torch.cuda.is_available():
             self.fail(f"autotuning over {len(at.configs)} configs needs the GPU it will run on")
-        real = {k: self._tensor_example(v) if isinstance(v, fx.Node) else v for k, v in args.items()}
+        real = {k: self._real_argument(k, v) for k, v in args.items()}
         configs = list(at.configs)
+        # configs whose pre_hooks set descriptors' blocks are benchmarked with them (library_launches)
+        tuner = getattr(at, "_trident_hooked", None)
 
         def grid_fn(meta):
             for cfg, g in zip(configs, grids):
@@ -177,6 +197,11 @@ class TritonCall:
                     return g
             return grids[0]
 
+        if tuner is not None:
+            tuner[grid_fn](**real)
+            torch.cuda.synchronize()
+            k = tuner.configs.index(tuner.best_config)
+            return configs[k], k
         self.kernel[grid_fn](**real)
         torch.cuda.synchronize()
         best = at.best_config
@@ -185,8 +210,6 @@ class TritonCall:
     # -- emission -----------------------------------------------------------------------------
     def lower(self):
         node, lw = self.node, self.lw
-        if node.kwargs.get("tma_descriptor_metadata"):
-            self.fail("host-side TMA descriptors are not supported yet")
         names = list(self.jit.arg_names)
         kwargs = dict(node.kwargs["kwargs"])
         options = {k: v for k, v in self.consts.items() if k not in names}
@@ -211,6 +234,13 @@ class TritonCall:
         grid = grids[chosen]
         if cfg is not None and cfg.pre_hook is not None:
             self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
+        hook = getattr(cfg, "_trident_pre_hook", None)
+        if hook is not None and self.tma:
+            from ..library_launches import hooked_block_shapes
+            nargs = {**{k: v.meta["val"] if isinstance(v, fx.Node) else v for k, v in args.items()}, **cfg.all_kwargs()}
+            self.tma = hooked_block_shapes(hook, nargs, self.tma, f"Triton kernel {self.name}")
+        elif hook is not None:
+            self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
         full = dict(args)
         if cfg is not None:
             full.update(cfg.kwargs)
@@ -221,12 +251,23 @@ class TritonCall:
                 for name, fn in h.values.items():
                     examples[name] = full[name] = fn(examples)
 
+        # A parameter the call omits takes its default, as Triton's binder gives it (FlagGems' Hopper
+        # mm: `enable_warp_specialization=True`, a launch argument of its own).
+        for p in self.jit.params:
+            if p.name not in full and p.default is not inspect.Parameter.empty:
+                full[p.name] = p.default
         specs, pointer_guards = [], []
         for name in names:
             if name not in full:
-                continue  # Triton applies the parameter's default
+                continue  # no value and no default: compile_kernel names it
             v = full[name]
-            if isinstance(v, fx.Node):
+            if isinstance(v, fx.Node) and name in self.tma:
+                # TMA reads from a 16-byte aligned base (Triton's TensorDescriptor asserts it)
+                if not self._aligned(v):
+                    self.fail(f"argument {name} is a host-side TMA descriptor over memory that is not 16-byte aligned")
+                specs.append(ArgSpec(name, "tensordesc", dtype=v.meta["val"].dtype, block_shape=self.tma[name]))
+                pointer_guards.append(v)
+            elif isinstance(v, fx.Node):
                 aligned = self._aligned(v)
                 specs.append(ArgSpec(name, "tensor", dtype=v.meta["val"].dtype, aligned16=aligned))
                 if aligned:
@@ -235,11 +276,6 @@ class TritonCall:
                 specs.append(ArgSpec(name, "int", value=None))
             else:
                 specs.append(argspec_from_value(name, v))
-        if any(s.kind == "tensordesc" for s in specs):
-            # triton_specialize compiles for them (tensordesc ArgSpecs, runtime_params' expansion);
-            # the launch does not yet encode their CUtensorMaps
-            self.fail(f"arguments {[s.name for s in specs if s.kind == 'tensordesc']} are host-side tensor "
-                      "descriptors, which trident does not launch natively yet")
         try:
             ck = compile_kernel(self.jit, specs, config.triton_target(), options)
         except TypeError as e:
@@ -270,7 +306,9 @@ class TritonCall:
                 continue  # scratch pointers: appended by the runtime
             name = names[p.arg_index]
             v = full[name]
-            if name in symbolic:
+            if name in self.tma:
+                operands.append(self._descriptor_operand(p.name[len(name) + 1:], v, results.get(name)))
+            elif name in symbolic:
                 operands.append(lw.sym_operand(symbolic[name]))
             elif name in floats:
                 operands.append(floats[name].text)
@@ -285,6 +323,23 @@ class TritonCall:
         lw.env[node] = {k: results.get(k) or lw.env[v] for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")
         lw.kernel_notes.append((self.name, getattr(cfg, "kwargs", None), tuple(self._note(g) for g in grid), ck.cache_key))
+
+    def _descriptor_operand(self, field: str, v: fx.Node, written: str | None) -> str:
+        """One launch operand of a host-side descriptor (triton_specialize.runtime_params' expansion):
+        the tensor it describes for its CUtensorMap (`map`, encoded by the runtime per launch) or its
+        base pointer (`base`), one of its sizes or strides, or its padding flag (zero padding: 0)."""
+        fake = v.meta["val"]
+        if field == "map":  # the runtime encodes it from the tensor's own sizes and strides
+            return written or self.lw.operand(self.node, v)
+        if field == "base":
+            return written or lazy_views.launch_operand(self.lw, self.node, v)
+        if field == "nan":
+            return "0"
+        for prefix, values in (("shape", fake.shape), ("stride", fake.stride())):
+            if field.startswith(prefix):
+                x = values[int(field[len(prefix):])]
+                return self.lw.sym_operand(x)
+        raise AssertionError(f"trident bug: descriptor field {field!r}")
 
     def _outputs(self, kwargs: dict, to_clone: list[str]) -> dict:
         """Values the kernel writes: the tensor itself when nothing else reads it (in place, as

@@ -152,21 +152,22 @@ DEFAULT_KEPT_BYTES = 256 << 20
 DEFAULT_GRAPH_BYTES = 1 << 30
 
 
-def graph_bytes() -> int:
-    """TRIDENT_GRAPH_BYTES as the native runtime reads it (a decimal count of bytes, 0 or more)."""
-    raw = os.environ.get("TRIDENT_GRAPH_BYTES", "")
+def _env_bytes(name: str, default: int) -> int:
+    """A byte count as the native runtime reads it (env_switch.h: env_bytes): a decimal count of
+    bytes, 0 or more; `default` when unset or empty."""
+    raw = os.environ.get(name, "")
     if raw == "":
-        return DEFAULT_GRAPH_BYTES
+        return default
     if not raw.isdigit():
-        raise ValueError(f"TRIDENT_GRAPH_BYTES must be a number of bytes (0 or more), got {raw!r}")
+        raise ValueError(f"{name} must be a number of bytes (0 or more), got {raw!r}")
     return int(raw)
+
+
+def graph_bytes() -> int:
+    """TRIDENT_GRAPH_BYTES as the native runtime reads it."""
+    return _env_bytes("TRIDENT_GRAPH_BYTES", DEFAULT_GRAPH_BYTES)
 
 
 def kept_bytes() -> int:
-    """TRIDENT_KEPT_BYTES as the native runtime reads it (a decimal count of bytes, 0 or more)."""
-    raw = os.environ.get("TRIDENT_KEPT_BYTES", "")
-    if raw == "":
-        return DEFAULT_KEPT_BYTES
-    if not raw.isdigit():
-        raise ValueError(f"TRIDENT_KEPT_BYTES must be a number of bytes (0 or more), got {raw!r}")
-    return int(raw)
+    """TRIDENT_KEPT_BYTES as the native runtime reads it."""
+    return _env_bytes("TRIDENT_KEPT_BYTES", DEFAULT_KEPT_BYTES)

@@ -6,7 +6,6 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
@@ -14,6 +13,7 @@
 #include "runtime/launch/cuda_driver.h"
 #include "runtime/graphs/graph_keys.h"
 #include "runtime/graphs/graph_rebind.h"
+#include "runtime/module/env_switch.h"
 #include "runtime/module/loaded_module.h"
 
 namespace trident::runtime {
@@ -116,13 +116,7 @@ struct SpecGraphs::Graph {
 };
 
 int64_t SpecGraphs::byte_limit() {
-  static const int64_t bytes = [] {
-    const char* v = std::getenv("TRIDENT_GRAPH_BYTES");
-    if (v == nullptr || *v == '\0') return kDefaultByteLimit;
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    return *end == '\0' && n >= 0 ? static_cast<int64_t>(n) : kDefaultByteLimit;  // config.py raises first
-  }();
+  static const int64_t bytes = env_bytes("TRIDENT_GRAPH_BYTES", kDefaultByteLimit);
   return bytes;
 }
 

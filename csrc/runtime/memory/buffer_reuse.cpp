@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "runtime/module/env_switch.h"
+
 namespace trident::runtime {
 namespace {
 
@@ -21,13 +23,7 @@ at::Tensor detached(const at::Tensor& t) {
 void ReusePool::set_object_check(ObjectCheck check) { g_object_check = check; }
 
 int64_t ReusePool::budget() {
-  static const int64_t bytes = [] {
-    const char* v = std::getenv("TRIDENT_KEPT_BYTES");
-    if (v == nullptr || *v == '\0') return kDefaultBudget;
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    return *end == '\0' && n >= 0 ? static_cast<int64_t>(n) : kDefaultBudget;  // config.py raises first
-  }();
+  static const int64_t bytes = env_bytes("TRIDENT_KEPT_BYTES", kDefaultBudget);
   return bytes;
 }
 

@@ -281,3 +281,15 @@ def tile_scale(x: torch.Tensor, alpha: float, two_configs: bool = False) -> torc
     grid = lambda meta: (triton.cdiv(x.shape[0], meta["BM"]), triton.cdiv(x.shape[1], meta["BN"]))  # noqa: E731
     (_tile_two if two_configs else _tile_one)[grid](d_in, d_out, alpha)
     return out
+
+
+def tile_scale_transposed(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """tile_scale for a column-major x (a transposed weight, as F.linear hands FlagGems' mm its B):
+    the descriptors describe x.T's row-major layout, as FlagGems' general_mm makes them."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    out = torch.empty_like(x.T)
+    d_in = TensorDescriptor(x, list(x.T.shape), list(x.T.stride()), [1, 1])
+    d_out = TensorDescriptor(out, list(out.shape), list(out.stride()), [1, 1])
+    grid = lambda meta: (triton.cdiv(out.shape[0], meta["BM"]), triton.cdiv(out.shape[1], meta["BN"]))  # noqa: E731
+    _tile_one[grid](d_in, d_out, alpha)
+    return out

@@ -152,3 +152,37 @@ def test_a_pre_hook_that_does_more_than_set_blocks_is_refused_naming_what_it_tou
     with pytest.raises(UnsupportedError, match=r"pre_hook uses in_desc\.base"):
         hooked_block_shapes(lambda n: n["in_desc"].base, {}, blocks, "k")
     assert triton  # the kernels above are Triton's
+
+
+def test_a_descriptor_over_another_layout_of_its_tensor_launches_that_view(sm90):
+    """FlagGems' mm makes a column-major operand's descriptor with the transposed shape and strides:
+    the launch gets the argument viewed that way (an as_strided of it, no copy)."""
+    w = torch.randn(128, 256, dtype=torch.float16)
+    lowered = _lowered(lambda x: mini_gems.tile_scale_transposed(x, 2.0), w.t())
+    text = lowered.text
+    assert re.search(r'%(\d+) = call "aten::as_strided" \(%0, \[128, 256\], \[256, 1\], 0\)', text), text
+    view = re.search(r'%(\d+) = call "aten::as_strided" \(%0,', text).group(1)
+    assert re.search(rf"launch 0 grid\(2, 8, 1\) \(%{view}, 128, 256, 256, 1, %\d+, 128, 256, 256, 1, 2\.0", text), text
+    assert "aten::clone" not in text and "scatter" not in text
+
+
+def test_the_descriptors_a_kernel_writes_are_read_from_its_source():
+    """What torch's own write analysis misnames under Triton 3.6 (_compat._install_descriptor_writes):
+    a descriptor the kernel only loads from or reads the shape of is not written; one it stores
+    through, or hands to another function, is."""
+    import triton
+    import triton.language as tl
+    from trident.library_launches import descriptor_writes
+
+    @triton.jit
+    def helper(d):
+        pass
+
+    @triton.jit
+    def k(a_desc, b_desc, c_desc, d_desc, BM: tl.constexpr):
+        x = a_desc.load([0, 0]) + b_desc.shape[0]
+        c_desc.store([0, 0], x)
+        helper(d_desc)
+
+    assert descriptor_writes(mini_gems._tile_one, {"in_desc", "out_desc"}) == {"out_desc"}
+    assert descriptor_writes(k, {"a_desc", "b_desc", "c_desc", "d_desc"}) == {"c_desc", "d_desc"}

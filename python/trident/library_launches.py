@@ -13,9 +13,9 @@ makes. While it does, `traceable()` makes the Triton launches recordable too:
     launch its `.fn` with the arguments it was given (what `LibEntry.run` does after its cache
     lookup), down to a `JITFunction`, `Autotuner` or `Heuristics`. An autotuner subclass with
     options torch does not take (a library's own tuner) is launched as a plain `triton.autotune`
-    over the same configs and key; the lowering then picks its config by benchmarking, as Triton's
-    autotuner does. Heuristics outside any autotuner, which torch's capture refuses, are applied
-    to the call's arguments first, as Triton applies them.
+    over the same configs and key; the lowering then lets the library's tuner choose, as eager's
+    launch would (its cache, its policy: tuner_choice). Heuristics outside any autotuner, which
+    torch's capture refuses, are applied to the call's arguments first, as Triton applies them.
   - An argument that is not a tensor but has `data_ptr()` (a `StridedBuffer`, a typed pointer) is
     launched as the view of the tensor whose memory it points into, at its offset, with its
     shape and strides where it has them (nonnegative), else to the end of that memory.
@@ -172,6 +172,9 @@ def _kernel_of(launcher):
         cached = getattr(k, "_trident_plain", None)
         if cached is None:
             cached = autotune(configs=list(k.configs), key=list(getattr(k, "keys", []) or []))(k.fn)
+            # the library's own tuner chooses the config at lowering (its cache, its policy: eager's
+            # choice), through the same configs in the same order (tuner_choice)
+            cached._trident_tuner = k
             k._trident_plain = cached
         passed.append(type(k).__qualname__)
         k = cached
@@ -238,7 +241,8 @@ def _hooks_apart(autotuner):
     """`autotuner` (a plain triton.autotune whose configs have pre_hooks) as one torch's launch capture
     takes: the same configs without their hooks, each hook kept as the config's `_trident_pre_hook`
     (the lowering replays it on stand-ins: hooked_block_shapes), and the hooked autotuner as
-    `_trident_hooked` (the lowering benchmarks through it, so each config runs with its hook)."""
+    `_trident_hooked`, and the tuner that chooses (a library's own, or the hooked one) as
+    `_trident_tuner`: the lowering benchmarks through it, so each config runs with its hook."""
     import copy
 
     from triton.runtime.autotuner import autotune
@@ -251,6 +255,7 @@ def _hooks_apart(autotuner):
             configs.append(c)
         apart = autotune(configs=configs, key=list(getattr(autotuner, "keys", []) or []))(autotuner.fn)
         apart._trident_hooked = autotuner
+        apart._trident_tuner = getattr(autotuner, "_trident_tuner", autotuner)
         autotuner._trident_hooks_apart = apart
     return apart
 
@@ -289,6 +294,19 @@ def descriptor_writes(kernel, names) -> set:
                 continue
         written.add(node.id)
     return written
+
+
+def tuner_choice(tuner, configs: list):
+    """The index in `configs` (the configs torch was given for `tuner`'s, in the same order) of the
+    config `tuner` chose in its last run (its best_config: Triton's autotuner and FlagGems' LibTuner
+    set it), matched by the values it launches with, since a library's tuner may hand back a copy
+    of the config from its on-disk cache."""
+    best = tuner.best_config.all_kwargs()
+    for i, cfg in enumerate(tuner.configs):
+        if cfg.all_kwargs() == best and i < len(configs):
+            return i
+    raise UnsupportedError(f"the autotuner {type(tuner).__qualname__} chose a config that is none of its "
+                           f"configs ({tuner.best_config})")
 
 
 def _descriptor_view(d, where: str):

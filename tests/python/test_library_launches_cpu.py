@@ -186,3 +186,26 @@ def test_the_descriptors_a_kernel_writes_are_read_from_its_source():
 
     assert descriptor_writes(mini_gems._tile_one, {"in_desc", "out_desc"}) == {"out_desc"}
     assert descriptor_writes(k, {"a_desc", "b_desc", "c_desc", "d_desc"}) == {"c_desc", "d_desc"}
+
+
+def test_a_library_tuners_choice_is_found_among_the_configs_torch_was_given():
+    """The lowering lets a library's own autotuner choose (its cache, its policy: eager's config) and
+    finds that choice among the configs torch was given, by what they launch with: FlagGems' tuner
+    may hand back a copy from its on-disk cache. The stack keeps the tuner through the hooks' removal."""
+    import copy
+
+    import triton
+    from trident.errors import UnsupportedError
+    from trident.library_launches import _hooks_apart, _kernel_of, tuner_choice
+    plain, passed = _kernel_of(mini_gems._tile_two)
+    assert passed == ["LibEntry", "LibTuner"] and plain._trident_tuner is mini_gems._tile_two.fn
+    apart = _hooks_apart(plain)
+    assert apart._trident_tuner is mini_gems._tile_two.fn and apart._trident_hooked is plain
+    tuner = mini_gems._tile_two.fn
+    before = tuner.__dict__.get("best_config")
+    tuner.best_config = copy.copy(tuner.configs[1])  # a copy, as from a cache
+    assert tuner_choice(tuner, apart.configs) == 1
+    tuner.best_config = triton.Config({"BM": 16, "BN": 16})
+    with pytest.raises(UnsupportedError, match="chose a config that is none of its configs"):
+        tuner_choice(tuner, apart.configs)
+    tuner.best_config = before

@@ -188,8 +188,9 @@ class TritonCall:
             self.fail(f"autotuning over {len(at.configs)} configs needs the GPU it will run on")
         real = {k: self._real_argument(k, v) for k, v in args.items()}
         configs = list(at.configs)
-        # configs whose pre_hooks set descriptors' blocks are benchmarked with them (library_launches)
-        tuner = getattr(at, "_trident_hooked", None)
+        # A library's autotuner chooses as it does in eager (its cache, its policy); configs whose
+        # pre_hooks set descriptors' blocks are benchmarked with their hooks (library_launches).
+        tuner = getattr(at, "_trident_tuner", None)
 
         def grid_fn(meta):
             for cfg, g in zip(configs, grids):
@@ -198,9 +199,10 @@ class TritonCall:
             return grids[0]
 
         if tuner is not None:
+            from ..library_launches import tuner_choice
             tuner[grid_fn](**real)
             torch.cuda.synchronize()
-            k = tuner.configs.index(tuner.best_config)
+            k = tuner_choice(tuner, configs)
             return configs[k], k
         self.kernel[grid_fn](**real)
         torch.cuda.synchronize()

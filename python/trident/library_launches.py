@@ -433,9 +433,12 @@ def _launch(launcher, grid, args, kwargs):
         refuse_opaque_argument(v, f"{where}: argument {name}")
     # What trident's strict capture also fixes (_compat._install_triton_launch_options): constexprs
     # left to their defaults are passed, num_ctas goes into a one-config autotuner.
+    # Other parameters left to their defaults too (FlagGems' Hopper mm: `enable_warp_specialization=
+    # True`), as Triton's binder passes them: torch's write analysis compiles the kernel with
+    # exactly the arguments it is given, and failed on the missing one (every tensor then written).
     given = set(jit.arg_names[:len(args)]) | set(kwargs)
     for p in jit.params:
-        if p.is_constexpr and p.name not in given and p.default is not inspect.Parameter.empty:
+        if p.name not in given and p.default is not inspect.Parameter.empty:
             kwargs[p.name] = p.default
     if "num_ctas" in kwargs and not isinstance(kernel, Autotuner):
         options = {k: kwargs.pop(k) for k in ("num_ctas", "num_warps", "num_stages") if k in kwargs}

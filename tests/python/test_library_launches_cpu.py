@@ -209,3 +209,11 @@ def test_a_library_tuners_choice_is_found_among_the_configs_torch_was_given():
     with pytest.raises(UnsupportedError, match="chose a config that is none of its configs"):
         tuner_choice(tuner, apart.configs)
     tuner.best_config = before
+
+
+def test_parameters_left_to_their_defaults_are_launched_with_them(sm90):
+    x = torch.randn(1000)
+    text = _lowered(lambda x: mini_gems.scale_by_default(x), x).text
+    (decl,) = [line.strip() for line in text.splitlines() if line.strip().startswith("kernel ")]
+    assert '"ptr,ptr,i32,i32"' in decl, decl
+    assert re.search(r"launch 0 grid\(8, 1, 1\) \(%0, %\d+, 1000, 3\)", text), text

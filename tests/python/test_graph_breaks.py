@@ -102,3 +102,22 @@ def test_inside_another_torch_compile_the_miss_path_is_not_traced():
     assert not traced_ours, traced_ours[:1]
     c = trident.counters(fast)
     assert (c["compiles"], c["hits"], c["fallbacks"]) == (1, 2, 0), c
+
+
+def sums_per_group(x, groups):
+    sizes = torch.bincount(groups).tolist()  # as many ints as the largest group id says
+    return torch.stack([part.sum(0) for part in x.split(sizes)])
+
+
+def test_a_tolist_whose_length_depends_on_data_splits_as_torch_compile_does():
+    """torch.compile runs it (a graph break at the `.tolist()`); so does trident: split there, each
+    call with eager's result whatever the list's length, never an error."""
+    fast = trident.compile(sums_per_group)
+    with pytest.warns(RuntimeWarning, match="run split there"):
+        x, g = torch.randn(10, 4), torch.tensor([0, 0, 1, 2, 2, 2, 3, 3, 3, 3])
+        torch.testing.assert_close(fast(x, g), sums_per_group(x, g), rtol=0, atol=0)
+    for groups in ([0, 1, 1, 0, 2, 2, 2, 1, 0, 0], [0] * 10, [5, 4, 3, 2, 1, 0, 0, 1, 2, 3]):
+        x, g = torch.randn(10, 4), torch.tensor(groups)
+        torch.testing.assert_close(fast(x, g), sums_per_group(x, g), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["split_calls"], c["fallbacks"], c["split_piece_fallbacks"]) == (4, 0, 0), c

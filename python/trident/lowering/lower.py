@@ -575,6 +575,14 @@ class _Lowerer:
                                 self.fakes[leaf[0]] = val
                                 self.bind_symbols(leaf[0], node, val)
                                 self.env[node] = val
+                                if not isinstance(val.node.expr, sympy.Symbol):
+                                    # An int the trace expressed by others (Dynamo's `7 - s10` beside
+                                    # `s10` when split sizes must sum to a size): its own value, read
+                                    # here, stands for that expression; the symbols in it may be bound
+                                    # by later arguments, and the guards relate them.
+                                    v = self.new_sym()
+                                    self.lines.append(hir.sym(v, "int", str(leaf[0])))
+                                    self.syms.sym.setdefault(val.node.expr, v)
                                 self.leaf_operand[leaf[0]] = self.sym_operand(val)
                             else:
                                 traced = ispec.arg.value if hasattr(ispec.arg, "value") else val

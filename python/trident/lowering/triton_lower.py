@@ -234,15 +234,15 @@ class TritonCall:
 
         cfg, chosen = self._choose_config(args, grids)
         grid = grids[chosen]
-        if cfg is not None and cfg.pre_hook is not None:
-            self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
+        # A config's pre_hook runs Python before every launch; one that only sets the descriptors'
+        # blocks (kept apart by library_launches) is replayed here, once, on stand-ins.
         hook = getattr(cfg, "_trident_pre_hook", None)
-        if hook is not None and self.tma:
-            from ..library_launches import hooked_block_shapes
-            nargs = {**{k: v.meta["val"] if isinstance(v, fx.Node) else v for k, v in args.items()}, **cfg.all_kwargs()}
-            self.tma = hooked_block_shapes(hook, nargs, self.tma, f"Triton kernel {self.name}")
-        elif hook is not None:
+        if cfg is not None and (cfg.pre_hook is not None or (hook is not None and not self.tma)):
             self.fail("the chosen autotune config has a pre_hook, which runs Python before every launch")
+        if hook is not None:
+            from ..library_launches import hooked_block_shapes
+            nargs = {k: v.meta["val"] if isinstance(v, fx.Node) else v for k, v in args.items()}
+            self.tma = hooked_block_shapes(hook, {**nargs, **cfg.all_kwargs()}, self.tma, f"Triton kernel {self.name}")
         full = dict(args)
         if cfg is not None:
             full.update(cfg.kwargs)
@@ -266,7 +266,8 @@ class TritonCall:
             if isinstance(v, fx.Node) and name in self.tma:
                 # TMA reads from a 16-byte aligned base (Triton's TensorDescriptor asserts it)
                 if not self._aligned(v):
-                    self.fail(f"argument {name} is a host-side TMA descriptor over memory that is not 16-byte aligned")
+                    self.fail(f"argument {name} is a host-side TMA descriptor over memory that is not "
+                              "16-byte aligned")
                 specs.append(ArgSpec(name, "tensordesc", dtype=v.meta["val"].dtype, block_shape=self.tma[name]))
                 pointer_guards.append(v)
             elif isinstance(v, fx.Node):

@@ -40,6 +40,7 @@ Only the thread that captures sees any of this (thread-local switch), only while
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import threading
 
@@ -261,7 +262,7 @@ def _hooks_apart(autotuner):
 
 
 # What a kernel may do with a descriptor argument without writing through it.
-_DESCRIPTOR_READS = {"load", "gather", "shape", "strides", "block_shape", "dtype", "block_type"}
+_DESCRIPTOR_READS = {"load", "gather", "shape", "strides", "block_shape", "dtype"}
 
 
 def descriptor_writes(kernel, names) -> set:
@@ -301,9 +302,10 @@ def tuner_choice(tuner, configs: list):
     config `tuner` chose in its last run (its best_config: Triton's autotuner and FlagGems' LibTuner
     set it), matched by the values it launches with, since a library's tuner may hand back a copy
     of the config from its on-disk cache."""
+    assert len(tuner.configs) == len(configs), "trident bug: a tuner's configs and torch's differ"
     best = tuner.best_config.all_kwargs()
     for i, cfg in enumerate(tuner.configs):
-        if cfg.all_kwargs() == best and i < len(configs):
+        if cfg.all_kwargs() == best:
             return i
     raise UnsupportedError(f"the autotuner {type(tuner).__qualname__} chose a config that is none of its "
                            f"configs ({tuner.best_config})")
@@ -452,17 +454,17 @@ def _launch(launcher, grid, args, kwargs):
         first = kernel.configs[0]  # what torch's mutation analysis compiles with
         nargs = {**dict(zip(jit.arg_names, args)), **kwargs, **first.all_kwargs()}
         blocks = hooked_block_shapes(first._trident_pre_hook, nargs, blocks, where)
-    return _DescriptorHOPifier({k: ("stable", (list(b),)) for k, b in blocks.items()}).call_triton_kernel(
-        TraceableTritonKernelWrapper(kernel, None, grid), args, kwargs, None)
+    hopifier = _descriptor_hopifier_class()({k: ("stable", (list(b),)) for k, b in blocks.items()})
+    return hopifier.call_triton_kernel(TraceableTritonKernelWrapper(kernel, None, grid), args, kwargs, None)
 
 
+@functools.lru_cache(maxsize=None)
 def _descriptor_hopifier_class():
+    """TracingTritonHOPifier with the TMA metadata of a launch's host-side descriptors, which torch's
+    own leaves empty outside Dynamo (made on first use: torch's module imports Triton)."""
     from torch._higher_order_ops.triton_kernel_wrap import TracingTritonHOPifier, triton_kernel_wrapper_mutation
 
     class DescriptorHOPifier(TracingTritonHOPifier):
-        """torch's tracing of a launch (TracingTritonHOPifier), with the TMA metadata of its host-side
-        descriptors, which torch's own leaves empty outside Dynamo."""
-
         def __init__(self, tma: dict):
             super().__init__()
             self.tma = tma
@@ -473,13 +475,3 @@ def _descriptor_hopifier_class():
                                                   grid=grids, tma_descriptor_metadata=self.tma, kwargs=graphable)
 
     return DescriptorHOPifier
-
-
-def _DescriptorHOPifier(tma: dict):
-    global _hopifier_class
-    if _hopifier_class is None:
-        _hopifier_class = _descriptor_hopifier_class()
-    return _hopifier_class(tma)
-
-
-_hopifier_class = None

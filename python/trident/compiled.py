@@ -564,7 +564,10 @@ class CompiledFunction:
             self._split_route = SplitRoute(self.fn, self.options)
         first = str(error).strip().splitlines()[0][:400]
         self._split_keys[key] = first
-        self._warn_once(f"{first.replace(f'{self.name}: capture failed', 'capture failed', 1)}; calls like this run split there, as torch.compile splits them: the pieces "
+        # the error says the call "cannot be compiled", which the split then does in pieces
+        where = first.replace(f"{self.name}: capture failed, so this call cannot be compiled",
+                              "cannot be captured as one program", 1)
+        self._warn_once(f"{where}; calls like this run split there, as torch.compile splits them: the pieces "
                         "before and after run natively, Python between them (fullgraph=True raises instead)")
         return self._split(args, kwargs)
 

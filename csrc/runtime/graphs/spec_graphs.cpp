@@ -183,8 +183,9 @@ bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
 
 at::Tensor SpecGraphs::result(const Call& c, int32_t slot, const at::Tensor& like) {
   if (!c.recycle) return at::empty_strided(like.sizes(), like.strides(), like.options());
-  ReusePool::Site& site = result_sites_[slot];
-  site.kind = result_kind_;
+  auto [it, added] = result_sites_.try_emplace(slot);
+  ReusePool::Site& site = it->second;
+  if (added) site.kind = result_kind_;
   ReusePool::Key key(like.sizes().begin(), like.sizes().end());
   key.append(like.strides().begin(), like.strides().end());
   key.push_back(static_cast<int64_t>(like.scalar_type()));

@@ -1,16 +1,25 @@
 """transformers' generate() with a forward trident compiled.
 
-`model.forward = trident.compile(model.forward)` is how a user hands generate() a faster forward. On
-a CUDA model with a compileable cache (`cache_implementation="static"`), generate() would also wrap
-the model's `__call__` in its own `torch.compile` (`GenerationMixin._valid_auto_compile_criteria`),
-so every decode step would enter a Dynamo frame around trident's native callable: Dynamo's guards on
-each call, a graph break at the callable, and CUDA graphs of nothing. Once trident has compiled a
-model's forward, that model's generate() skips its automatic torch.compile, as it does for
-`disable_compile=True`; a model whose forward is its own keeps transformers' behaviour.
+`model.forward = trident.compile(model.forward)` is how a user hands generate() a faster forward.
+Two more things then change for that model's generate(), and nothing for other models:
+
+- Its automatic torch.compile is skipped. On a CUDA model with a compileable cache
+  (`cache_implementation="static"`), generate() would wrap the model's `__call__` in its own
+  `torch.compile` (`GenerationMixin._valid_auto_compile_criteria`), so every decode step would enter
+  a Dynamo frame around trident's native callable: Dynamo's guards on each call, a graph break at
+  the callable, and CUDA graphs of nothing. It is skipped as for `disable_compile=True`.
+- Its mask creation is compiled too. With a compileable cache, generate() builds each step's
+  attention mask before calling the model (`prepare_inputs_for_generation` calls transformers'
+  `create_masks_for_generate`): a dozen eager ATen calls per token, run after generate()'s
+  per-token synchronization, while the device waits. The model gets `create_masks_for_generate`
+  of its own (GenerateMasks): transformers' function itself, compiled by trident, one native call.
+  A model class with its own `create_masks_for_generate` (Gemma3, PaliGemma, ...) keeps it.
 """
 from __future__ import annotations
 
+import inspect
 import threading
+import weakref
 
 _lock = threading.Lock()
 _MARK = "_trident_skips_auto_compile"
@@ -23,8 +32,8 @@ def _forward_is_tridents(model) -> bool:
 
 def install_for(fn) -> None:
     """Called by trident.compile: when `fn` is a transformers model's bound forward, generate() of
-    models whose forward trident compiled skips transformers' automatic torch.compile (once per
-    process; other models are untouched)."""
+    models whose forward trident compiled skips transformers' automatic torch.compile (installed
+    once per class), and the model gets its GenerateMasks (other models are untouched)."""
     owner = getattr(fn, "__self__", None)
     criteria = getattr(type(owner), "_valid_auto_compile_criteria", None) if owner is not None else None
     # the class's forward, whatever its name (Liger's apply_liger_kernel_to_* installs lce_forward)
@@ -36,7 +45,7 @@ def install_for(fn) -> None:
             if orig is None:
                 continue
             if getattr(orig, _MARK, False):
-                return
+                break
 
             def _valid_auto_compile_criteria(self, model_kwargs, generation_config, _orig=orig):
                 if _forward_is_tridents(self):
@@ -46,4 +55,68 @@ def install_for(fn) -> None:
             setattr(_valid_auto_compile_criteria, _MARK, True)
             _valid_auto_compile_criteria.__doc__ = orig.__doc__
             setattr(cls, "_valid_auto_compile_criteria", _valid_auto_compile_criteria)
-            return
+            break
+        if "create_masks_for_generate" not in owner.__dict__ and not hasattr(type(owner), "create_masks_for_generate"):
+            masks = GenerateMasks.for_model(owner)
+            if masks is not None:
+                owner.create_masks_for_generate = masks
+
+
+class GenerateMasks:
+    """`model.create_masks_for_generate` of a model whose forward trident compiled: transformers'
+    `create_masks_for_generate`, compiled by trident (`compiled`, for counters() and explain()).
+
+    Contract: called as transformers calls it (config, inputs_embeds, attention_mask, the cache,
+    position_ids and other keywords), it returns what transformers' function returns for them. The
+    compiled function serves calls with the model's own config and no other mask inputs (block or
+    token-type ids, mask functions: their values are not arguments of the compiled function); any
+    other call, and every call once the model's forward is no longer trident's, goes to
+    transformers' function as it is. Compiled without graphs: eager's mask decision reads the
+    padding mask's values (a host synchronization), which no CUDA graph can hold."""
+
+    # the keywords the compiled function takes as arguments; any other must be None or a bool
+    _ARGUMENTS = ("inputs_embeds", "attention_mask", "position_ids")
+
+    def __init__(self, model, original, cache_keyword: str):
+        self._model = weakref.ref(model)
+        self._config = model.config
+        self._original = original
+        self._cache_keyword = cache_keyword
+        self.compiled = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_model(cls, model):
+        try:
+            from transformers import masking_utils
+        except ImportError:
+            return None
+        original = getattr(masking_utils, "create_masks_for_generate", None)
+        if original is None or not hasattr(model, "config"):
+            return None
+        params = inspect.signature(original).parameters
+        # transformers 5.24 names the cache `cache`, earlier 5.x `past_key_values`
+        keyword = "cache" if "cache" in params else "past_key_values" if "past_key_values" in params else None
+        return cls(model, original, keyword) if keyword else None
+
+    def _compiled(self):
+        with self._lock:
+            if self.compiled is None:
+                from . import compile as trident_compile
+                original, config, keyword = self._original, self._config, self._cache_keyword
+
+                def create_masks_for_generate(inputs_embeds, attention_mask, cache, position_ids):
+                    return original(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                                    position_ids=position_ids, **{keyword: cache})
+
+                self.compiled = trident_compile(create_masks_for_generate, graphs=False)
+            return self.compiled
+
+    def __call__(self, config, inputs_embeds, attention_mask, *args, **kwargs):
+        model = self._model()
+        if args or model is None or config is not self._config or not _forward_is_tridents(model) or \
+                any(v is not None and not isinstance(v, bool)
+                    for k, v in kwargs.items() if k not in self._ARGUMENTS and k != self._cache_keyword):
+            return self._original(config, inputs_embeds, attention_mask, *args, **kwargs)
+        return self._compiled()(inputs_embeds, attention_mask, kwargs.get(self._cache_keyword),
+                                kwargs.get("position_ids"))

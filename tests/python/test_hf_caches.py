@@ -255,6 +255,12 @@ def test_bf16_generate_with_a_padding_mask_gives_eagers_logits_bit_for_bit(impl)
     assert c["fallbacks"] == 0 and c["hits"] >= 2 * 9 - c["specializations"]
 
 
+def _generate_cache_kwargs(cache) -> dict:
+    """generate()'s model kwargs holding `cache`: transformers 5.24 names it `cache`, earlier 5.x
+    `past_key_values` (the GPU machine's 5.17)."""
+    return {"cache": cache, "past_key_values": cache}
+
+
 def test_generate_skips_transformers_own_compile_for_a_forward_trident_compiled():
     """generate() with a compileable cache wraps the model's call in torch.compile on a GPU; with a
     forward trident compiled it does not (transformers_generate.py), and other models keep it."""
@@ -262,7 +268,7 @@ def test_generate_skips_transformers_own_compile_for_a_forward_trident_compiled(
     config = transformers.GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
     config.compile_config = transformers.CompileConfig()
     config.compile_config._compile_all_devices = True  # as a CUDA model would: the CPU one qualifies too
-    kwargs = {"cache": StaticCache(config=model.config, max_cache_len=16)}
+    kwargs = _generate_cache_kwargs(StaticCache(config=model.config, max_cache_len=16))
     assert model._valid_auto_compile_criteria(kwargs, config)
     eager_forward = model.forward
     model.forward = trident.compile(eager_forward)
@@ -297,7 +303,42 @@ def test_generate_skips_its_compile_also_for_a_forward_of_another_name(monkeypat
     config = transformers.GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
     config.compile_config = transformers.CompileConfig()
     config.compile_config._compile_all_devices = True
-    kwargs = {"cache": StaticCache(config=model.config, max_cache_len=16)}
+    kwargs = _generate_cache_kwargs(StaticCache(config=model.config, max_cache_len=16))
     assert model._valid_auto_compile_criteria(kwargs, config)
     model.forward = trident.compile(model.forward)
     assert not model._valid_auto_compile_criteria(kwargs, config)
+
+
+def test_generate_builds_its_masks_through_trident_once_the_forward_is_tridents():
+    """With a compileable cache, generate() builds each step's attention mask before calling the
+    model (transformers' create_masks_for_generate, eager ATen calls while the device waits): a
+    model whose forward trident compiled gets that function compiled too (transformers_generate.py:
+    GenerateMasks), with eager's tokens, padded or not; once the forward is eager again, so are the
+    masks; another model is untouched."""
+    cfg, cls = _config("llama")
+    torch.manual_seed(0)
+    model, other = cls(cfg).eval(), cls(cfg).eval()
+    ids = torch.randint(1, 96, (2, 6), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    ids[0, :2], mask[0, :2] = 0, 0
+    kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0, cache_implementation="static")
+    calls = [dict(input_ids=ids[1:]), dict(input_ids=ids, attention_mask=mask)]
+    want = [model.generate(**c, **kw) for c in calls]
+    eager_forward = model.forward
+    model.forward = trident.compile(eager_forward)
+    try:
+        masks = model.create_masks_for_generate
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no fallback said
+            for _ in range(2):
+                for c, w in zip(calls, want):
+                    assert torch.equal(model.generate(**c, **kw), w)
+        c = trident.counters(masks.compiled)
+    finally:
+        model.forward = eager_forward
+    # each generate() makes its prefill mask and 7 decode masks; two mask decisions (padded or not)
+    assert c["fallbacks"] == 0 and c["misses"] + c["hits"] == 4 * 8, c
+    assert c["hits"] >= 4 * 8 - 2 * c["specializations"], c
+    assert torch.equal(model.generate(**calls[1], **kw), want[1])
+    assert trident.counters(masks.compiled)["hits"] == c["hits"]  # the eager forward's masks are eager's
+    assert "create_masks_for_generate" not in other.__dict__

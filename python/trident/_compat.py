@@ -490,8 +490,9 @@ _COMPARISONS = (operator.gt, operator.lt, operator.ge, operator.le, operator.eq,
 
 def _data_condition(tx, value):
     """The tensor a branch on `value` reads: `value` itself, or for a comparison of a number read from
-    a tensor (`if n.item() > 0:`, an element of `.tolist()` against a constant) the same comparison
-    made on that tensor; None for anything else (Dynamo's own handling follows)."""
+    a tensor (`if n.item() > 0:`, `int(n.item())` of an integer tensor, an element of `.tolist()`
+    against a constant) the same comparison made on that tensor; None for anything else (Dynamo's
+    own handling follows)."""
     from torch._dynamo.variables import SymNodeVariable
     from torch._dynamo.variables.tensor import TensorVariable
     if isinstance(value, TensorVariable):
@@ -503,10 +504,20 @@ def _data_condition(tx, value):
         if node.op != "call_function" or node.target not in _COMPARISONS or len(node.args) != 2 or node.kwargs:
             return None
 
+        def is_item(x):
+            return isinstance(x, torch.fx.Node) and ((x.op == "call_method" and x.target == "item") or x.target in (
+                torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default))
+
         def operand(x):
             if isinstance(x, torch.fx.Node):
-                if (x.op == "call_method" and x.target == "item") or x.target in (
-                        torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default):
+                # int(t.item()) of an integer tensor is the item itself (torch.sym_int in the trace)
+                if x.op == "call_function" and x.target in (torch.sym_int, int) and len(x.args) == 1 \
+                        and is_item(x.args[0]):
+                    fake = x.args[0].args[0].meta.get("example_value")
+                    if fake is None or fake.dtype.is_floating_point or fake.dtype.is_complex:
+                        return None, False
+                    x = x.args[0]
+                if is_item(x):
                     return torch.fx.Proxy(x.args[0], tx.output.current_tracer), True
                 return None, False
             return (x, False) if isinstance(x, (bool, int, float)) else (None, False)

@@ -201,3 +201,40 @@ def test_a_branch_on_an_item_compared_with_a_number_runs_each_way():
         torch.testing.assert_close(fast(x), branch_on_an_item(x), rtol=0, atol=0)
     c = trident.counters(fast)
     assert (c["specializations"], c["hits"], c["fallbacks"]) == (2, 2, 0), c
+
+
+def count_then_branch(x, y):
+    """Liger-Kernel's fused MoE (0.8.x) reads its tile count so: `n = int(t.item())`, then sizes an
+    allocation by it and launches only `if n > 0:`."""
+    n = int((x > 0).sum().item())
+    slots = torch.zeros(n)
+    if n > 0:
+        y = y * 2.0
+    return y + slots.sum(), slots.shape[0]
+
+
+def test_a_branch_on_the_int_of_an_item_runs_each_way_without_splitting():
+    fast = trident.compile(count_then_branch)
+    x, y = torch.randn(16), torch.randn(4)
+    for a in (x.abs() + 0.1, -x.abs(), x, -x.abs() - 1.0):
+        want, got = count_then_branch(a, y), fast(a, y)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        assert got[1] == want[1]
+    c = trident.counters(fast)
+    assert (c["specializations"], c["split_calls"], c["fallbacks"]) == (2, 0, 0), c
+    assert c["hits"] == 2, c
+
+
+def int_of_a_float_item(x):
+    if int(x.sum().item()) > 2:  # int() truncates: not the same comparison on the tensor
+        return x * 2.0
+    return x - 1.0
+
+
+def test_a_branch_on_the_int_of_a_float_item_is_not_taken_as_a_comparison_of_the_tensor():
+    fast = trident.compile(int_of_a_float_item)
+    with pytest.warns(RuntimeWarning, match="cannot be captured as one program"):
+        for v in (0.7, 0.8):  # sums 2.8 and 3.2: int() 2 and 3
+            x = torch.full((4,), v)
+            torch.testing.assert_close(fast(x), int_of_a_float_item(x), rtol=0, atol=0)
+    assert trident.counters(fast)["split_calls"] == 2

@@ -3,8 +3,10 @@ is handled here and nowhere else."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import dis
 import inspect
+import itertools
 import operator
 import sys
 import threading
@@ -531,6 +533,165 @@ def _data_condition(tx, value):
         return None
 
 
+# A branch on a data-dependent value that cannot be taken at capture (its condition depends on a
+# tensor written in place earlier, as Liger-Kernel's fused MoE's `if num_m_tiles > 0:` after a
+# decoder layer's cache write; or its ops cannot run at capture) is still one program when all its
+# body does is launch Triton kernels: a launch region. Its condition is recorded as
+# `torch._assert_async(pred, WHEN_MARK + "k at file:line")` where the `if` stands, the body is traced
+# as if taken, and each kernel launch in it carries `custom["trident_when"]` (k, and any enclosing
+# regions'), which export keeps; the lowering reads the condition there (`$c = item %pred`) and
+# multiplies the launch's first grid dimension by it: a grid of 0 launches nothing (data_values.py,
+# triton_lower.py). Only an `if` without `else` whose body leaves every local variable and the stack
+# as they were, makes no other side effect Dynamo tracks, and writes nothing but through kernel
+# launches qualifies (the body's other ops, views and arithmetic, run either way); anything else
+# refuses the capture, and the call runs split at the `if` as before.
+WHEN_MARK = "trident: launches under the condition "
+_UNCONDITIONAL = ("JUMP_FORWARD", "JUMP_ABSOLUTE", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+                  "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE")
+_region_ids = itertools.count()
+
+
+@dataclasses.dataclass
+class _LaunchRegion:
+    ident: int
+    where: str
+    target: object            # the instruction the `if` jumps to: the body ends there
+    start: object             # the last graph node before the body: the condition's marker
+    stack_depth: int
+    locals_: dict
+    shapes: dict              # per local, the identities of a container's items
+    side_effects: tuple
+
+
+def _container_shape(v):
+    from torch._dynamo.variables import ConstDictVariable
+    from torch._dynamo.variables.lists import BaseListVariable
+    if not isinstance(v, (BaseListVariable, ConstDictVariable)):
+        return None
+    items = v.items
+    if isinstance(items, dict):
+        return tuple((k, id(x)) for k, x in items.items())
+    if isinstance(items, (list, tuple)):
+        return tuple(id(x) for x in items)
+    return None
+
+
+def _side_effects_state(tx) -> tuple:
+    """What Dynamo has recorded as changed in objects that existed before the trace: the sources it
+    mutated, and per object with attribute changes, its attributes' values (objects the trace made
+    itself, a launch's grid function, are not the caller's: left out)."""
+    from torch._dynamo.side_effects import AttributeMutationNew
+    se = tx.output.side_effects
+    attrs = getattr(se, "store_attr_mutations", {})
+    return (frozenset(getattr(se, "mutated_sources", ())),
+            {id(k): tuple((a, id(x)) for a, x in d.items()) for k, d in attrs.items()
+             if not isinstance(getattr(k, "mutation_type", None), AttributeMutationNew)})
+
+
+def _refuse_region(region, why: str):
+    from torch._dynamo.exc import UserError, UserErrorType
+    raise UserError(UserErrorType.DYNAMIC_CONTROL_FLOW,
+                    f"{region.where}: a branch on data-dependent values whose body cannot run as launches under "
+                    f"its condition ({why})")
+
+
+def _unbacked_condition(value) -> bool:
+    """Whether `value` is a Python bool or int of the trace that only data decides (every symbol in
+    it is defined by an `.item()` or a data-dependent size)."""
+    from torch._dynamo.variables import SymNodeVariable
+    if not isinstance(value, SymNodeVariable):
+        return False
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    sym = value.as_proxy().node.meta.get("example_value")
+    if not isinstance(sym, (torch.SymBool, torch.SymInt)):
+        return False
+    expr = sym.node.expr
+    return bool(expr.free_symbols) and set(free_unbacked_symbols(expr)) == set(expr.free_symbols)
+
+
+def _open_launch_region(tx, cond, value, inst, opname: str):
+    """Starts a launch region for this `if` (see WHEN_MARK): the truth that enters its body, or None
+    when the jump is not such an `if` (a loop, an `else`). `cond`: the tensor the condition reads
+    (_data_condition), or None for a condition on data-dependent sizes alone (`value`, made a tensor
+    of one element here: `if tiles.shape[0] > 0:` after `tiles = torch.empty(n.item())`)."""
+    from torch._dynamo.variables import ConstantVariable
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+    try:
+        if "BACKWARD" in opname:
+            return None
+        target = inst.target
+        at = tx.indexof[target]
+        if at <= tx.indexof[inst] or tx.instructions[at - 1].opname in _UNCONDITIONAL:
+            return None
+        if cond is None:
+            if not _unbacked_condition(value):
+                return None
+            cond = TorchInGraphFunctionVariable(torch.scalar_tensor).call_function(
+                tx, [value], {"dtype": ConstantVariable.create(torch.bool)})
+        fake = cond.as_proxy().node.meta.get("example_value")
+        if fake is None or fake.numel() != 1:
+            return None
+        body_truth = "IF_TRUE" not in opname  # the body is the fall-through
+        pred = cond if fake.dtype == torch.bool else cond.call_method(tx, "ne", [ConstantVariable.create(0)], {})
+        if not body_truth:
+            pred = pred.call_method(tx, "logical_not", [], {})
+        line = getattr(getattr(inst, "positions", None), "lineno", None) or getattr(tx, "lineno", "?")
+        ident = next(_region_ids)
+        where = f"{tx.f_code.co_filename}:{line}"
+        TorchInGraphFunctionVariable(torch._assert_async).call_function(
+            tx, [pred, ConstantVariable.create(f"{WHEN_MARK}{ident} at {where}")], {})
+    except Exception:  # noqa: BLE001  (any failure: Dynamo's own refusal follows)
+        return None
+    graph = tx.output.current_tracer.graph
+    locals_ = dict(tx.symbolic_locals)
+    tx.__dict__.setdefault("_trident_regions", []).append(_LaunchRegion(
+        ident, where, target, graph._root.prev, len(tx.stack) - 1, locals_,
+        {k: _container_shape(v) for k, v in locals_.items()}, _side_effects_state(tx)))
+    return body_truth
+
+
+def _writes(n) -> bool:
+    """Whether node `n` writes a tensor in place or calls a module (a kernel launch aside)."""
+    if n.op == "call_module":
+        return True
+    if n.op == "call_function" and getattr(n.target, "__module__", None) == "_operator":
+        return n.target in _OPERATOR_WRITES
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    if n.op in ("call_method", "call_function") and name.endswith("_") and not name.startswith("_"):
+        return True
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+def _close_launch_region(tx, region):
+    """Checks what the body did (see WHEN_MARK) and marks its kernel launches with the region."""
+    if len(tx.stack) != region.stack_depth:
+        _refuse_region(region, "it leaves a value on the stack")
+    if set(tx.symbolic_locals) != set(region.locals_) or any(
+            tx.symbolic_locals[k] is not v or _container_shape(v) != region.shapes[k]
+            for k, v in region.locals_.items()):
+        changed = sorted(k for k in set(tx.symbolic_locals) | set(region.locals_)
+                         if tx.symbolic_locals.get(k) is not region.locals_.get(k)
+                         or _container_shape(region.locals_.get(k)) != region.shapes.get(k))
+        _refuse_region(region, f"it assigns {', '.join(changed) or 'a local variable'}")
+    if _side_effects_state(tx) != region.side_effects:
+        _refuse_region(region, "it changes an object's attribute or a container")
+    node = region.start.next
+    launches = []
+    while node.op != "root":
+        if node.target is torch.ops.higher_order.triton_kernel_wrapper_mutation:
+            launches.append(node)
+        elif _writes(node):
+            _refuse_region(region, f"it writes a tensor in place ({node.format_node()[:80]})")
+        node = node.next
+    for n in launches:
+        custom = dict(n.meta.get("custom") or {})
+        custom["trident_when"] = tuple(custom.get("trident_when", ())) + (region.ident,)
+        n.meta["custom"] = custom
+    # the lowering takes a marker only once its region was checked and its launches marked
+    region.start.meta["custom"] = {**(region.start.meta.get("custom") or {}), "trident_region_closed": True}
+
+
 def _install_tensor_branches() -> bool:
     try:
         from torch._dynamo import symbolic_convert as sc
@@ -552,15 +713,34 @@ def _install_tensor_branches() -> bool:
             if orig is None:
                 continue
 
-            def jump(self, inst, _orig=orig):
+            def jump(self, inst, _orig=orig, _name=name):
                 if getattr(_capture, "active", False) and self.stack:
                     cond = _data_condition(self, self.stack[-1])
                     truth = _take_tensor_branch(self, cond, inst) if cond is not None else None
+                    if truth is None:
+                        truth = _open_launch_region(self, cond, self.stack[-1], inst, _name)
                     if truth is not None:
                         self.stack[-1] = ConstantVariable.create(truth)
                 return _orig(self, inst)
 
             setattr(cls, name, jump)
+    step = base.__dict__["step"]
+
+    def step_closing_regions(self, _step=step):
+        regions = self.__dict__.get("_trident_regions")
+        if regions:
+            ip = self.instruction_pointer
+            while regions and ip is not None and self.instructions[ip] is regions[-1].target:
+                _close_launch_region(self, regions.pop())
+            if regions and ip is None:
+                _refuse_region(regions[-1], "the function returned inside it")
+        going = _step(self)
+        regions = self.__dict__.get("_trident_regions")
+        if regions and (not going or self.instruction_pointer is None):
+            _refuse_region(regions[-1], "the function returned inside it")
+        return going
+
+    base.step = step_closing_regions
     # Dynamo dispatches through a per-class table of the handlers, made when the class was defined.
     for cls in classes:
         table = cls.__dict__.get("dispatch_table")

@@ -238,3 +238,44 @@ def test_a_branch_on_the_int_of_a_float_item_is_not_taken_as_a_comparison_of_the
             x = torch.full((4,), v)
             torch.testing.assert_close(fast(x), int_of_a_float_item(x), rtol=0, atol=0)
     assert trident.counters(fast)["split_calls"] == 2
+
+
+def assigns_under_a_size_condition(x, counts):
+    rows = torch.zeros(int(counts.sum().item()))
+    y = x
+    if rows.shape[0] > 0:
+        y = x * 2.0  # a value the code after the `if` reads: not a launch region
+    return y + rows.sum()
+
+
+def writes_under_a_size_condition(x, counts):
+    rows = torch.zeros(int(counts.sum().item()))
+    if rows.shape[0] > 0:
+        x.mul_(2.0)  # an ATen write: not a launch region
+    return x + rows.sum()
+
+
+def else_under_a_size_condition(x, counts):
+    rows = torch.zeros(int(counts.sum().item()))
+    if rows.shape[0] > 0:
+        x = x * 2.0
+    else:
+        x = x - 1.0
+    return x + rows.sum()
+
+
+@pytest.mark.parametrize("fn", [assigns_under_a_size_condition, writes_under_a_size_condition,
+                                else_under_a_size_condition])
+def test_a_branch_on_data_dependent_sizes_that_is_no_launch_region_runs_split_each_way(fn):
+    """An `if` on sizes only data decides is one program when its body only launches kernels
+    (test_triton_capture_cpu.py); a body that assigns what later code reads, writes through ATen, or
+    has an `else` runs split there, as torch.compile splits it, with eager's results both ways."""
+    fast = trident.compile(fn)
+    with pytest.warns(RuntimeWarning, match="cannot be captured as one program"):
+        for counts in ([1, 2], [0, 0], [3, 0], [0, 0]):
+            c = torch.tensor(counts)
+            x, y = torch.arange(4.0), torch.arange(4.0)
+            torch.testing.assert_close(fast(x, c), fn(y, c), rtol=0, atol=0)
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["split_calls"], c["fallbacks"], c["split_piece_fallbacks"]) == (4, 0, 0), c

@@ -308,3 +308,23 @@ def test_the_lowering_reports_its_triton_compiles_apart(monkeypatch):
     again = trident.controller(trident.compile(vector_add))
     again.lower_call(x, y)
     assert again.triton_compile_seconds == 0.0 < again.lowering_seconds
+
+
+def scale_if_any_rows(x, counts):
+    """Liger-Kernel 0.8's fused MoE, reduced: a tile count read by `.item()` sizes a buffer, and the
+    kernel launches only `if tiles.shape[0] > 0:` (a launch region, _compat.py: WHEN_MARK)."""
+    n = int(counts.sum().item())
+    tiles = torch.zeros(n, dtype=torch.int32, device=x.device)
+    if tiles.shape[0] > 0:
+        scale_inplace[(tiles.shape[0],)](x, x.numel(), 0.5, BLOCK=128)
+    return x + 1.0, tiles
+
+
+def test_a_launch_under_a_data_dependent_condition_runs_with_its_grid_times_the_condition():
+    lowered, _ = _spec_text(scale_if_any_rows, torch.randn(256), torch.tensor([2, 1], dtype=torch.int32))
+    text = lowered.text
+    n = re.search(r"(\$\d+) = item %\d+", text).group(1)
+    cond = re.search(rf"(\$\d+) = gt {re.escape(n)}, 0", text).group(1)
+    grid = re.search(rf"(\$\d+) = mul {re.escape(n)}, {re.escape(cond)}", text).group(1)
+    assert re.search(rf"launch 0 grid\({re.escape(grid)}, 1, 1\) \(%0, 256,", text), text
+    assert "expect" not in text  # one program for both ways, not a branch per specialization

@@ -142,6 +142,52 @@ def lower_branch(lw, node: fx.Node) -> bool:
     return True
 
 
+def _is_when(node: fx.Node) -> bool:
+    from .._compat import WHEN_MARK
+    return (node.op == "call_function" and node.target is ASSERT_ASYNC_OP and len(node.args) == 2
+            and isinstance(node.args[1], str) and node.args[1].startswith(WHEN_MARK))
+
+
+def _when_tensor_of_sizes(node: fx.Node) -> bool:
+    """A launch region's condition on data-dependent sizes alone, made a tensor for its marker only:
+    `scalar_tensor(u0 > 0)`, which lower_when computes from the symbols instead."""
+    return (node.op == "call_function" and node.target is torch.ops.aten.scalar_tensor.default and bool(node.args)
+            and isinstance(node.args[0], fx.Node) and isinstance(node.args[0].meta.get("val"), torch.SymBool)
+            and bool(node.users) and all(_is_when(u) for u in node.users))
+
+
+def only_a_when_condition(node: fx.Node) -> bool:
+    """Whether a symbolic bool is read only as a launch region's condition (lower_when)."""
+    return bool(node.users) and all(_when_tensor_of_sizes(u) for u in node.users)
+
+
+def lower_when(lw, node: fx.Node) -> bool:
+    """A launch region's condition (_compat.py: WHEN_MARK), where its `if` stands:
+    `$N = item %cond`, by which the region's kernel launches multiply their first grid dimension
+    (triton_lower.py). True when lowered."""
+    from .._compat import WHEN_MARK
+    if _when_tensor_of_sizes(node):
+        lw.env[node] = None
+        return True
+    if not _is_when(node):
+        return False
+    from ..errors import UnsupportedError
+    if not (node.meta.get("custom") or {}).get("trident_region_closed"):
+        raise UnsupportedError(f"{node.args[1][len(WHEN_MARK):]}: a launch region whose end the capture did not "
+                               "check")
+    ident = int(node.args[1][len(WHEN_MARK):].split(" ", 1)[0])
+    cond = node.args[0]
+    if _when_tensor_of_sizes(cond):
+        # a condition on data-dependent sizes alone: computed from the symbols, no tensor read
+        lw.when[ident] = lw.syms.emit(cond.args[0].meta["val"].node.expr, lw.lines, lw.new_sym)
+    else:
+        v = lw.new_sym()
+        lw.lines.append(hir.item(v, lw.operand(node, cond)))
+        lw.when[ident] = v
+    lw.env[node] = None
+    return True
+
+
 def _ancestors(node: fx.Node) -> list[fx.Node]:
     seen, todo = [], [node]
     while todo:

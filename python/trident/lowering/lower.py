@@ -156,6 +156,7 @@ class _Lowerer:
         cse.eliminate(ep.graph)               # before every plan below: they see the merged graph
         from .reinplace import plan
         self.inplace = plan(ep)               # scatter nodes executed as in-place writes
+        self.when: dict[int, str] = {}      # launch region -> the $N of its condition (data_values.lower_when)
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
         self.value_fakes: dict[str, object] = {}  # tensor value -> its fake where defined (lazy_views)
         self.pending_copy = None  # a builtin copy held back to share a launch (builtin_lower.copy)
@@ -238,9 +239,11 @@ class _Lowerer:
             return True
         return all(sym in self.syms.field for sym in v.node.expr.free_symbols)
 
-    def hint(self, v) -> int:
+    def hint(self, v, data_dependent: int | None = None) -> int:
         """The value a symbolic integer has in THIS call, from the call's own arguments (the trace's
-        example values may come from another call: Dynamo's graph is reused across calls)."""
+        example values may come from another call: Dynamo's graph is reused across calls).
+        `data_dependent`: the value a symbol the program computes stands at (for shaping example
+        tensors only); None: such a symbol raises UnsupportedError."""
         if not isinstance(v, torch.SymInt):
             return int(v)
         expr = v.node.expr
@@ -249,6 +252,9 @@ class _Lowerer:
         values = {}
         for sym in expr.free_symbols:
             field = self.syms.field.get(sym)
+            if field is None and data_dependent is not None:
+                values[sym] = data_dependent
+                continue
             if field is None:
                 raise UnsupportedError(f"{expr} is data-dependent ({sym} is computed by the program, not "
                                        "given by an argument), but its value is needed while compiling")
@@ -343,7 +349,8 @@ class _Lowerer:
         if not (isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)) or (
                 isinstance(val, (int, float, bool)) and not isinstance(op, torch._ops.OpOverload))):
             return False
-        if isinstance(val, (torch.SymBool, torch.SymFloat)) and not (_only_asserted(node) and _unbacked(val)):
+        if isinstance(val, (torch.SymBool, torch.SymFloat)) and not (_only_asserted(node) and _unbacked(val)) \
+                and not data_values.only_a_when_condition(node):
             self.fail(node, "symbolic bool/float values are not supported")
         self.env[node] = val
         return True
@@ -745,7 +752,7 @@ def _elementwise(lw: _Lowerer, node: fx.Node) -> bool:
 RULES = (
     Rule("data-dependent value (.item(), runtime assertion, branch on data)",
          lambda lw, n: data_values.lower_item(lw, n) or data_values.lower_assert(lw, n) or
-         data_values.lower_branch(lw, n)),
+         data_values.lower_branch(lw, n) or data_values.lower_when(lw, n)),
     Rule("run-time float", _Lowerer.run_time_float),
     Rule("shape arithmetic", _Lowerer.symbolic_value),
     Rule("claimed by an analysis (skipped, kept in place, rotary, folded)", _Lowerer.marked),

@@ -51,6 +51,12 @@ def _cubin_path(cubin: bytes) -> str:
     return path
 
 
+# The value a size or grid the program computes (`.item()`, a `nonzero`'s size) takes where the
+# lowering runs a kernel on example tensors (autotuning over configs, heuristics). A library's
+# autotuner keyed on other arguments answers from its cache without benchmarking; otherwise
+# configs are compared at this size, on example data (floats random, integers 0).
+EXAMPLE_SIZE = 1
+
 # What a Triton specialization of a symbolic integer requires, as a guard expression over it.
 _INT_CHECKS = {
     "eq1": "({e}) == 1",
@@ -140,15 +146,16 @@ class TritonCall:
     # -- values -------------------------------------------------------------------------------
     def _tensor_example(self, a: fx.Node) -> torch.Tensor:
         """A real tensor shaped like `a` on its device, for autotuning and heuristics. Tensors that
-        share storage with a call argument start from a copy of that argument's data."""
+        share storage with a call argument start from a copy of that argument's data; a size the
+        program computes (an `.item()`, a `nonzero`'s size) is EXAMPLE_SIZE here."""
         fake = a.meta["val"]
         base = self.lw.real_base(fake)
         if base is not None:
             t = torch.empty(0, dtype=fake.dtype, device=fake.device)
             return t.set_(base.untyped_storage().clone(), self.lw.hint(fake.storage_offset()),
                           [self.lw.hint(x) for x in fake.shape], [self.lw.hint(x) for x in fake.stride()])
-        shape = [self.lw.hint(x) for x in fake.shape]
-        stride = [self.lw.hint(x) for x in fake.stride()]
+        shape = [self.lw.hint(x, EXAMPLE_SIZE) for x in fake.shape]
+        stride = [self.lw.hint(x, EXAMPLE_SIZE) for x in fake.stride()]
         # filled as a dense buffer, then viewed: a broadcast (stride 0) operand overlaps itself,
         # which an in-place fill may refuse (FlagGems' `normal_` does, under flag_gems.enable())
         extent = 0 if 0 in shape else 1 + sum((n - 1) * st for n, st in zip(shape, stride))
@@ -182,7 +189,9 @@ class TritonCall:
         if any(isinstance(v, torch.SymInt) for v in args.values()):
             self.fail(f"autotuning over {len(at.configs)} configs benchmarks this call's values, but "
                       f"{sorted(k for k, v in args.items() if isinstance(v, torch.SymInt))} are data-dependent")
-        grids = [tuple(self._hint(x) for x in g) for g in grids]
+        # a data-dependent grid (a tile count read by `.item()`) is benchmarked at EXAMPLE_SIZE
+        grids = [tuple(self.lw.hint(_sym(x), EXAMPLE_SIZE) if _sym(x) is not None else self._hint(x) for x in g)
+                 for g in grids]
         devices = {v.meta["val"].device for v in args.values() if isinstance(v, fx.Node)}
         if not any(d.type == "cuda" for d in devices) or not torch.cuda.is_available():
             self.fail(f"autotuning over {len(at.configs)} configs needs the GPU it will run on")
@@ -322,6 +331,14 @@ class TritonCall:
             else:
                 operands.append(lw.literal(node, v))
         dims = [lw.sym_operand(_sym(g)) if _sym(g) is not None else str(self._hint(g)) for g in grid]
+        # a launch inside a launch region (_compat.py: WHEN_MARK) runs when its condition holds: its
+        # first grid dimension times the condition's 1 or 0 (an empty grid launches nothing)
+        for ident in (node.meta.get("custom") or {}).get("trident_when", ()):
+            if ident not in lw.when:
+                self.fail("a launch under a condition the program does not compute")
+            v = lw.new_sym()
+            lw.lines.append(hir.sym(v, "mul", dims[0], lw.when[ident]))
+            dims[0] = v
         lw.lines.append(hir.launch(kid, dims, operands))
         lw.env[node] = {k: results.get(k) or lw.env[v] for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")

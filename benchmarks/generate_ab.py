@@ -14,7 +14,6 @@ Prints one table last: per-token cost, ms per token of the long output with its 
 tokens equal to eager's."""
 import argparse
 import statistics
-import time
 
 import torch
 
@@ -51,11 +50,7 @@ def main():
             model.create_masks_for_generate = masks
 
     def timed(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, **kw)
-        torch.cuda.synchronize()
-        return out, time.perf_counter() - t0
+        return hf_decode.timed_generate(model, prompt, n, kw)
 
     rows = {m: [] for m in MODES}
     outs = {}

@@ -250,6 +250,16 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=No
     return toks, dt, counters, None
 
 
+def timed_generate(model, prompt, n, kw):
+    """One generate() call of exactly n new tokens: (its output, seconds from a synchronized start
+    to a synchronized end)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, **kw)
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
 def run_generate(mode, model, prompt, steps, max_len, log, mask=None, profile_dir=None):
     """generate() with the static cache: eager (transformers' automatic torch.compile off), transformers'
     own automatic compile (generate-hf-compile), or model.forward compiled by trident (which turns
@@ -271,11 +281,7 @@ def run_generate(mode, model, prompt, steps, max_len, log, mask=None, profile_di
     counters = None
 
     def timed(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, **kw)
-        torch.cuda.synchronize()
-        return out, time.perf_counter() - t0
+        return timed_generate(model, prompt, n, kw)
 
     try:
         if trident_mode:

@@ -445,22 +445,23 @@ _OPERATOR_WRITES = {operator.setitem, operator.delitem} | {
                                           "xor", "lshift", "rshift", "matmul")}
 
 
+def _writes(n) -> bool:
+    """Whether traced node `n` writes a tensor in place or calls a module (a Triton kernel launch, a
+    higher-order op, is not counted: its writes are the launch's own)."""
+    if n.op == "call_module":
+        return True
+    if n.op == "call_function" and getattr(n.target, "__module__", None) == "_operator":
+        return n.target in _OPERATOR_WRITES  # operator.not_, operator.and_: no tensor written
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    if n.op in ("call_method", "call_function") and name.endswith("_") and not name.startswith("_"):
+        return True
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
 def _writes_or_calls_modules(graph) -> bool:
     """Whether the fx graph traced so far writes a tensor in place or calls a module."""
-    for n in graph.nodes:
-        if n.op == "call_module":
-            return True
-        if n.op == "call_function" and getattr(n.target, "__module__", None) == "_operator":
-            if n.target in _OPERATOR_WRITES:
-                return True
-            continue  # operator.not_, operator.and_: Python's own operators, no tensor written
-        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        if n.op in ("call_method", "call_function") and name.endswith("_") and not name.startswith("_"):
-            return True
-        schema = getattr(n.target, "_schema", None)
-        if schema is not None and schema.is_mutable:
-            return True
-    return False
+    return any(_writes(n) for n in graph.nodes)
 
 
 def _take_tensor_branch(tx, value, inst):
@@ -648,19 +649,6 @@ def _open_launch_region(tx, cond, value, inst, opname: str):
         ident, where, target, graph._root.prev, len(tx.stack) - 1, locals_,
         {k: _container_shape(v) for k, v in locals_.items()}, _side_effects_state(tx)))
     return body_truth
-
-
-def _writes(n) -> bool:
-    """Whether node `n` writes a tensor in place or calls a module (a kernel launch aside)."""
-    if n.op == "call_module":
-        return True
-    if n.op == "call_function" and getattr(n.target, "__module__", None) == "_operator":
-        return n.target in _OPERATOR_WRITES
-    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-    if n.op in ("call_method", "call_function") and name.endswith("_") and not name.startswith("_"):
-        return True
-    schema = getattr(n.target, "_schema", None)
-    return schema is not None and schema.is_mutable
 
 
 def _close_launch_region(tx, region):

@@ -14,9 +14,11 @@ tokens are compared with eager's in the same run.
     python3 benchmarks/hf_decode.py --model qwen3-8b --modes eager,trident,backend,reduce-overhead \\
         --liger --batch 1 --steps 32 --out /tmp/hf_decode
 
-Install line for the Liger variant (pinned): `pip install liger-kernel==0.7.0` (0.8.x routes every op
-through a dispatcher under `torch.compiler.disable`, which no trace can enter). Liger 0.7.0 has no
-DeepSeek-V2 entry point; `--liger` on that model says so and runs HF's own modules.
+Install line for the Liger variant (pinned): `pip install liger-kernel==0.7.0` (0.8.5 routes rotary
+embeddings and its functional API through a dispatcher under `torch.compiler.disable`, where a step
+runs split). Liger 0.7.0 has no DeepSeek-V2 entry point; `--liger` on that model says so and runs
+HF's own modules. 0.8.5 has one (`apply_liger_kernel_to_deepseek_v2`: RMSNorm, SwiGLU and its fused
+MoE, rotary left alone), which `--liger` uses where 0.8.5 is installed.
 Writes DIR/<model>-b<batch>.json and prints one table row per mode."""
 import argparse
 import json

@@ -78,12 +78,26 @@ class GenerateMasks:
     _ARGUMENTS = ("inputs_embeds", "attention_mask", "position_ids")
 
     def __init__(self, model, original, cache_keyword: str):
+        from . import compile as trident_compile
         self._model = weakref.ref(model)
         self._config = model.config
         self._original = original
         self._cache_keyword = cache_keyword
-        self.compiled = None
-        self._lock = threading.Lock()
+        config = model.config
+
+        def create_masks_for_generate(inputs_embeds, attention_mask, cache, position_ids):
+            return original(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                            position_ids=position_ids, **{cache_keyword: cache})
+
+        self.compiled = trident_compile(create_masks_for_generate, graphs=False)
+
+    # A copied or pickled model (copy.deepcopy, torch.save) gets transformers' own function: the copy's
+    # forward is not this model's compiled one.
+    def __deepcopy__(self, memo):
+        return self._original
+
+    def __reduce__(self):
+        return (_transformers_masks_function, ())
 
     @classmethod
     def for_model(cls, model):
@@ -99,24 +113,17 @@ class GenerateMasks:
         keyword = "cache" if "cache" in params else "past_key_values" if "past_key_values" in params else None
         return cls(model, original, keyword) if keyword else None
 
-    def _compiled(self):
-        with self._lock:
-            if self.compiled is None:
-                from . import compile as trident_compile
-                original, config, keyword = self._original, self._config, self._cache_keyword
-
-                def create_masks_for_generate(inputs_embeds, attention_mask, cache, position_ids):
-                    return original(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                    position_ids=position_ids, **{keyword: cache})
-
-                self.compiled = trident_compile(create_masks_for_generate, graphs=False)
-            return self.compiled
-
     def __call__(self, config, inputs_embeds, attention_mask, *args, **kwargs):
         model = self._model()
         if args or model is None or config is not self._config or not _forward_is_tridents(model) or \
                 any(v is not None and not isinstance(v, bool)
                     for k, v in kwargs.items() if k not in self._ARGUMENTS and k != self._cache_keyword):
             return self._original(config, inputs_embeds, attention_mask, *args, **kwargs)
-        return self._compiled()(inputs_embeds, attention_mask, kwargs.get(self._cache_keyword),
-                                kwargs.get("position_ids"))
+        return self.compiled(inputs_embeds, attention_mask, kwargs.get(self._cache_keyword),
+                             kwargs.get("position_ids"))
+
+
+def _transformers_masks_function():
+    """What an unpickled GenerateMasks becomes: transformers' own create_masks_for_generate."""
+    from transformers import masking_utils
+    return masking_utils.create_masks_for_generate

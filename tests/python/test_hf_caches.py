@@ -342,3 +342,9 @@ def test_generate_builds_its_masks_through_trident_once_the_forward_is_tridents(
     assert torch.equal(model.generate(**calls[1], **kw), want[1])
     assert trident.counters(masks.compiled)["hits"] == c["hits"]  # the eager forward's masks are eager's
     assert "create_masks_for_generate" not in other.__dict__
+    # a copy gets transformers' own mask function (its forward is not the compiled one), and runs
+    import copy
+    from transformers import masking_utils
+    twin = copy.deepcopy(model)
+    assert twin.__dict__["create_masks_for_generate"] is masking_utils.create_masks_for_generate
+    assert torch.equal(twin.generate(**calls[1], **kw), want[1])

@@ -542,10 +542,11 @@ def _data_condition(tx, value):
 # as if taken, and each kernel launch in it carries `custom["trident_when"]` (k, and any enclosing
 # regions'), which export keeps; the lowering reads the condition there (`$c = item %pred`) and
 # multiplies the launch's first grid dimension by it: a grid of 0 launches nothing (data_values.py,
-# triton_lower.py). Only an `if` without `else` whose body leaves every local variable and the stack
-# as they were, makes no other side effect Dynamo tracks, and writes nothing but through kernel
-# launches qualifies (the body's other ops, views and arithmetic, run either way); anything else
-# refuses the capture, and the call runs split at the `if` as before.
+# triton_lower.py). Only an `if` without `else` qualifies whose body leaves the stack and every local
+# the code after it reads as they were, makes no other side effect Dynamo tracks, and writes nothing
+# but through kernel launches (its other ops, views and arithmetic, run either way; a local it
+# assigns that the code after the `if` does not read is its own); anything else refuses the capture,
+# and the call runs split at the `if` as before.
 WHEN_MARK = "trident: launches under the condition "
 _UNCONDITIONAL = ("JUMP_FORWARD", "JUMP_ABSOLUTE", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
                   "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE")
@@ -655,13 +656,16 @@ def _close_launch_region(tx, region):
     """Checks what the body did (see WHEN_MARK) and marks its kernel launches with the region."""
     if len(tx.stack) != region.stack_depth:
         _refuse_region(region, "it leaves a value on the stack")
-    if set(tx.symbolic_locals) != set(region.locals_) or any(
-            tx.symbolic_locals[k] is not v or _container_shape(v) != region.shapes[k]
-            for k, v in region.locals_.items()):
-        changed = sorted(k for k in set(tx.symbolic_locals) | set(region.locals_)
-                         if tx.symbolic_locals.get(k) is not region.locals_.get(k)
-                         or _container_shape(region.locals_.get(k)) != region.shapes.get(k))
-        _refuse_region(region, f"it assigns {', '.join(changed) or 'a local variable'}")
+    names = set(tx.symbolic_locals) | set(region.locals_)
+    try:  # the locals the code after the `if` reads; a temporary of the body is its own
+        from torch._dynamo.bytecode_analysis import livevars_analysis
+        names &= set(livevars_analysis(tx.instructions, region.target))
+    except Exception:  # noqa: BLE001  (without the analysis: every local)
+        pass
+    changed = sorted(k for k in names if tx.symbolic_locals.get(k) is not region.locals_.get(k)
+                     or _container_shape(tx.symbolic_locals.get(k)) != region.shapes.get(k))
+    if changed:
+        _refuse_region(region, f"it assigns {', '.join(changed)}, which the code after it reads")
     if _side_effects_state(tx) != region.side_effects:
         _refuse_region(region, "it changes an object's attribute or a container")
     node = region.start.next

@@ -328,3 +328,18 @@ def test_a_launch_under_a_data_dependent_condition_runs_with_its_grid_times_the_
     grid = re.search(rf"(\$\d+) = mul {re.escape(n)}, {re.escape(cond)}", text).group(1)
     assert re.search(rf"launch 0 grid\({re.escape(grid)}, 1, 1\) \(%0, 256,", text), text
     assert "expect" not in text  # one program for both ways, not a branch per specialization
+
+
+def scale_if_any_rows_with_a_temporary(x, counts):
+    n = int(counts.sum().item())
+    tiles = torch.zeros(n, dtype=torch.int32, device=x.device)
+    if tiles.shape[0] > 0:
+        count = tiles.shape[0]  # assigned in the body, read only there
+        scale_inplace[(count,)](x, x.numel(), 0.5, BLOCK=128)
+    return x + 1.0
+
+
+def test_a_launch_region_may_assign_what_only_its_body_reads():
+    lowered, _ = _spec_text(scale_if_any_rows_with_a_temporary, torch.randn(256), torch.tensor([2, 1]))
+    assert re.search(r"launch 0 grid\(\$\d+, 1, 1\)", lowered.text), lowered.text
+    assert re.search(r"\$\d+ = gt \$\d+, 0", lowered.text)

@@ -12,5 +12,9 @@ python3 -m pip install -q "torch==2.13.0" "huggingface-hub>=1.31,<3" "tokenizers
 # tests/python/test_liger_moe_cpu.py: Liger-Kernel's MoE experts (pure Python over Triton; its kernels
 # themselves run in the GPU tests), pinned, without its resolver for the same reason.
 python3 -m pip install -q --no-deps "liger-kernel==0.7.0"
+# tests/python/test_liger_fused_moe_cpu.py: Liger-Kernel 0.8.5's fused MoE (DeepSeek-V2's entry point),
+# in a folder of its own beside 0.7.0, put on the path of that test's child process only.
+export TRIDENT_TEST_LIGER_08="${TMPDIR:-/tmp}/trident-liger-0.8.5"
+python3 -m pip install -q --no-deps --upgrade --target "$TRIDENT_TEST_LIGER_08" "liger-kernel==0.8.5"
 export TRIDENT_CACHE_DIR="${TRIDENT_CACHE_DIR:-$(mktemp -d)}"
 python3 -m pytest tests -q -p no:cacheprovider

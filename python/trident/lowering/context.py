@@ -17,6 +17,7 @@ class LoweringContext(Protocol):
     folded: dict                    # node -> the constant it folds to (constant_fold.py)
     records_autograd: bool          # the call runs with grad mode on and some input requires grad
     pending_copy: Any               # a builtin copy held back to share one launch (builtin_lower.copy)
+    when: dict                      # launch region -> the $N of its condition (data_values.lower_when)
 
     # -- what the spec holds so far
     lines: list[str]                # the body's host IR lines, in order (hir.py writes each)
@@ -36,7 +37,7 @@ class LoweringContext(Protocol):
     def operand(self, node: fx.Node, a) -> str: ...               # an argument as an IR operand
     def literal(self, node: fx.Node, a) -> str: ...               # a Python constant as an operand
     def sym_operand(self, v) -> str: ...                          # an int or SymInt as an operand
-    def hint(self, v) -> int: ...                                 # a SymInt's value in this call
+    def hint(self, v, data_dependent: int | None = None) -> int: ...  # a SymInt's value in this call
     def known_when_lowering(self, v) -> bool: ...                 # not data-dependent
     def fail(self, node: fx.Node, what: str) -> NoReturn: ...     # UnsupportedError naming the node
 

@@ -582,7 +582,10 @@ def _side_effects_state(tx) -> tuple:
     """What Dynamo has recorded as changed in objects that existed before the trace: the sources it
     mutated, and per object with attribute changes, its attributes' values (objects the trace made
     itself, a launch's grid function, are not the caller's: left out)."""
-    from torch._dynamo.side_effects import AttributeMutationNew
+    try:
+        from torch._dynamo.variables.base import AttributeMutationNew
+    except ImportError:  # elsewhere in another torch: every object then counts as the caller's
+        AttributeMutationNew = ()
     se = tx.output.side_effects
     attrs = getattr(se, "store_attr_mutations", {})
     return (frozenset(getattr(se, "mutated_sources", ())),

@@ -74,16 +74,13 @@ class GenerateMasks:
     transformers' function as it is. Compiled without graphs: eager's mask decision reads the
     padding mask's values (a host synchronization), which no CUDA graph can hold."""
 
-    # the keywords the compiled function takes as arguments; any other must be None or a bool
-    _ARGUMENTS = ("inputs_embeds", "attention_mask", "position_ids")
 
     def __init__(self, model, original, cache_keyword: str):
         from . import compile as trident_compile
         self._model = weakref.ref(model)
-        self._config = model.config
+        self._config = config = model.config
         self._original = original
         self._cache_keyword = cache_keyword
-        config = model.config
 
         def create_masks_for_generate(inputs_embeds, attention_mask, cache, position_ids):
             return original(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
@@ -116,8 +113,8 @@ class GenerateMasks:
     def __call__(self, config, inputs_embeds, attention_mask, *args, **kwargs):
         model = self._model()
         if args or model is None or config is not self._config or not _forward_is_tridents(model) or \
-                any(v is not None and not isinstance(v, bool)
-                    for k, v in kwargs.items() if k not in self._ARGUMENTS and k != self._cache_keyword):
+                any(v is not None and not isinstance(v, bool)  # another mask input: not an argument of `compiled`
+                    for k, v in kwargs.items() if k not in ("position_ids", self._cache_keyword)):
             return self._original(config, inputs_embeds, attention_mask, *args, **kwargs)
         return self.compiled(inputs_embeds, attention_mask, kwargs.get(self._cache_keyword),
                              kwargs.get("position_ids"))

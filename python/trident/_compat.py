@@ -539,8 +539,10 @@ def _data_condition(tx, value):
 # decoder layer's cache write; or its ops cannot run at capture) is still one program when all its
 # body does is launch Triton kernels: a launch region. Its condition is recorded as
 # `torch._assert_async(pred, WHEN_MARK + "k at file:line")` where the `if` stands, the body is traced
-# as if taken, and each kernel launch in it carries `custom["trident_when"]` (k, and any enclosing
-# regions'), which export keeps; the lowering reads the condition there (`$c = item %pred`) and
+# as if taken, and each kernel launch in it is recorded as under k (and any enclosing regions) by
+# its launch's constant-arguments index, which every later graph of the capture keeps
+# (launch_regions; node metadata is not kept: torch 2.11's export replaces a node's `custom` under a
+# `torch.no_grad()` the function enters); the lowering reads the condition there (`$c = item %pred`) and
 # multiplies the launch's first grid dimension by it: a grid of 0 launches nothing (data_values.py,
 # triton_lower.py). Only an `if` without `else` qualifies whose body leaves the stack and every local
 # the code after it reads as they were, makes no other side effect Dynamo tracks, and writes nothing
@@ -551,6 +553,32 @@ WHEN_MARK = "trident: launches under the condition "
 _UNCONDITIONAL = ("JUMP_FORWARD", "JUMP_ABSOLUTE", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
                   "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE")
 _region_ids = itertools.count()
+_closed_regions: dict[int, int] = {}  # regions whose body _close_launch_region checked -> their launches
+# a launch's constant_args_idx -> (its constant arguments, its regions). torch's kernel side table
+# restarts its indices with each capture: an entry counts only while the table still holds the same
+# constant arguments at that index (held here, so no other object takes their identity).
+_regions_of_launch: dict[int, tuple[dict, tuple[int, ...]]] = {}
+
+
+def region_launch_count(ident: int) -> int | None:
+    """How many Triton launches launch region `ident` holds, or None when its end was not where the
+    capture checked its body (WHEN_MARK). The lowering finds each of them (launch_regions) or refuses."""
+    return _closed_regions.get(ident)
+
+
+def launch_regions(constant_args_idx: int) -> tuple[int, ...]:
+    """The launch regions, outermost first, a Triton launch stands in (by the constant-arguments
+    index torch's kernel side table gave that launch in this capture)."""
+    held, regions = _regions_of_launch.get(constant_args_idx, (None, ()))
+    return regions if held is not None and held is _launch_constants(constant_args_idx) else ()
+
+
+def _launch_constants(constant_args_idx: int):
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    try:
+        return kernel_side_table.get_constant_args(constant_args_idx)
+    except (AssertionError, KeyError):
+        return None
 
 
 @dataclasses.dataclass
@@ -679,12 +707,14 @@ def _close_launch_region(tx, region):
         elif _writes(node):
             _refuse_region(region, f"it writes a tensor in place ({node.format_node()[:80]})")
         node = node.next
-    for n in launches:
-        custom = dict(n.meta.get("custom") or {})
-        custom["trident_when"] = tuple(custom.get("trident_when", ())) + (region.ident,)
-        n.meta["custom"] = custom
+    for n in launches:  # inner regions close first: the outer one goes in front
+        idx = n.kwargs["constant_args_idx"]
+        held = _launch_constants(idx)
+        if held is None:
+            _refuse_region(region, "trident cannot find its kernel launch in torch's kernel side table")
+        _regions_of_launch[idx] = (held, (region.ident,) + launch_regions(idx))
     # the lowering takes a marker only once its region was checked and its launches marked
-    region.start.meta["custom"] = {**(region.start.meta.get("custom") or {}), "trident_region_closed": True}
+    _closed_regions[region.ident] = len(launches)
 
 
 def _install_tensor_branches() -> bool:

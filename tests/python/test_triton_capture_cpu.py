@@ -330,6 +330,39 @@ def test_a_launch_under_a_data_dependent_condition_runs_with_its_grid_times_the_
     assert "expect" not in text  # one program for both ways, not a branch per specialization
 
 
+def scale_if_any_rows_without_grad(x, counts):
+    with torch.no_grad():  # as Liger's fused MoE is called in a function of its own
+        return scale_if_any_rows(x, counts)
+
+
+def test_a_launch_region_does_not_depend_on_node_metadata(monkeypatch):
+    """torch 2.11's export replaces every node's `custom` metadata under a `torch.no_grad()` the
+    function enters (a dynamo-disabled wrapper's annotation): the region's condition and its launches
+    are found without it (_compat.launch_regions, region_closed)."""
+    import trident.compiled as compiled
+    real = compiled.lower
+
+    def lower_without_custom(program, *args, **kwargs):
+        for node in program.graph_module.graph.nodes:
+            node.meta["custom"] = {"_torchdynamo_disable": True}
+        return real(program, *args, **kwargs)
+
+    monkeypatch.setattr(compiled, "lower", lower_without_custom)
+    lowered, _ = _spec_text(scale_if_any_rows_without_grad, torch.randn(256), torch.tensor([2, 1], dtype=torch.int32))
+    text = lowered.text
+    n = re.search(r"(\$\d+) = item %\d+", text).group(1)
+    cond = re.search(rf"(\$\d+) = gt {re.escape(n)}, 0", text).group(1)
+    grid = re.search(rf"(\$\d+) = mul {re.escape(n)}, {re.escape(cond)}", text).group(1)
+    assert re.search(rf"launch 0 grid\({re.escape(grid)}, 1, 1\)", text), text
+
+
+def test_a_region_launch_lowered_without_its_condition_is_refused_not_run_unconditionally(monkeypatch):
+    import trident.lowering.triton_lower as triton_lower
+    monkeypatch.setattr(triton_lower, "launch_regions", lambda idx: ())  # its record lost
+    with pytest.raises(trident.UnsupportedError, match="1 kernel launches under its condition at capture, 0 found"):
+        _spec_text(scale_if_any_rows, torch.randn(256), torch.tensor([2, 1], dtype=torch.int32))
+
+
 def scale_if_any_rows_with_a_temporary(x, counts):
     n = int(counts.sum().item())
     tiles = torch.zeros(n, dtype=torch.int32, device=x.device)

@@ -22,6 +22,8 @@ arguments only stay guards (the spec's, checked before it runs).
 from __future__ import annotations
 
 import math
+import os
+import re
 
 import sympy
 import torch
@@ -44,6 +46,20 @@ def _unbacked_symbol(v) -> sympy.Symbol | None:
     return expr if isinstance(expr, sympy.Symbol) and expr in free_unbacked_symbols(expr) else None
 
 
+def _item(lw, node: fx.Node, v: str, src: str) -> None:
+    """`v = item src`: the host waits for the device to read a value, which no CUDA graph can hold;
+    the first such read is the program's `graph off` reason (lower.py)."""
+    lw.lines.append(hir.item(v, src))
+    if not lw.host_read:
+        lw.host_read = _where(node) or node.name
+
+
+def _where(node: fx.Node) -> str:
+    from .lower import _user_line
+    m = re.match(r'File "([^"]*)", line (\d+)', _user_line(node))
+    return f"{os.path.basename(m.group(1))}:{m.group(2)}" if m else ""
+
+
 def lower_item(lw, node: fx.Node) -> bool:
     """`.item()` of a tensor the program computes (or an argument): True when lowered here."""
     if node.target not in ITEM_OPS or len(node.args) != 1 or not isinstance(node.args[0], fx.Node):
@@ -58,12 +74,12 @@ def lower_item(lw, node: fx.Node) -> bool:
     src = lw.operand(node, node.args[0])
     if isinstance(val, torch.SymFloat):
         v = lw.new_sym(float_=True)
-        lw.lines.append(hir.item(v, src))
+        _item(lw, node, v, src)
         lw.syms.sym[symbol] = v
         lw.env[node] = FloatSym(v, math.nan)  # its value is the data's: nothing at lowering reads it
         return True
     v = lw.new_sym()
-    lw.lines.append(hir.item(v, src))
+    _item(lw, node, v, src)
     lw.syms.sym[symbol] = v
     lw.env[node] = val
     return True
@@ -136,7 +152,7 @@ def lower_branch(lw, node: fx.Node) -> bool:
         raise UnsupportedError(f"{node.args[1][len('trident: the program took this branch at '):]}: a branch on "
                                "a tensor the program writes in place before it")
     v = lw.new_sym()
-    lw.lines.append(hir.item(v, lw.operand(node, cond)))
+    _item(lw, node, v, lw.operand(node, cond))
     lw.lines.append(hir.expect(v, node.args[1]))
     lw.env[node] = None
     return True
@@ -171,21 +187,34 @@ def lower_when(lw, node: fx.Node) -> bool:
         return True
     if not _is_when(node):
         return False
+    from .._compat import region_launch_count
     from ..errors import UnsupportedError
-    if not (node.meta.get("custom") or {}).get("trident_region_closed"):
+    ident = int(node.args[1][len(WHEN_MARK):].split(" ", 1)[0])
+    if region_launch_count(ident) is None:
         raise UnsupportedError(f"{node.args[1][len(WHEN_MARK):]}: a launch region whose end the capture did not "
                                "check")
-    ident = int(node.args[1][len(WHEN_MARK):].split(" ", 1)[0])
     cond = node.args[0]
     if _when_tensor_of_sizes(cond):
         # a condition on data-dependent sizes alone: computed from the symbols, no tensor read
         lw.when[ident] = lw.syms.emit(cond.args[0].meta["val"].node.expr, lw.lines, lw.new_sym)
     else:
         v = lw.new_sym()
-        lw.lines.append(hir.item(v, lw.operand(node, cond)))
+        _item(lw, node, v, lw.operand(node, cond))
         lw.when[ident] = v
     lw.env[node] = None
     return True
+
+
+def check_regions(lw) -> None:
+    """Every launch the capture saw in a launch region was lowered under its condition: one found
+    without it would launch whatever the condition."""
+    from .._compat import region_launch_count
+    from ..errors import UnsupportedError
+    for ident in lw.when:
+        want, got = region_launch_count(ident), lw.region_launches.get(ident, 0)
+        if got != want:
+            raise UnsupportedError(f"launch region {ident}: {want} kernel launches under its condition at capture, "
+                                   f"{got} found under it when lowering (trident bug)")
 
 
 def _ancestors(node: fx.Node) -> list[fx.Node]:

@@ -157,6 +157,8 @@ class _Lowerer:
         from .reinplace import plan
         self.inplace = plan(ep)               # scatter nodes executed as in-place writes
         self.when: dict[int, str] = {}      # launch region -> the $N of its condition (data_values.lower_when)
+        self.region_launches: dict[int, int] = {}  # launch region -> its launches lowered under it
+        self.host_read = ""                 # where the program first reads a device value on the host
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
         self.value_fakes: dict[str, object] = {}  # tensor value -> its fake where defined (lazy_views)
         self.pending_copy = None  # a builtin copy held back to share a launch (builtin_lower.copy)
@@ -638,6 +640,7 @@ class _Lowerer:
                         self.call(node)
                 elif node.op == "output":
                     builtin_lower.flush(self)
+                    data_values.check_regions(self)
                     outs = list(node.args[0])
                     written = self.write_back(outs, sig)
                     # Returning a mutated input returns the input itself, as eager does (same object),
@@ -822,7 +825,8 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     lines += ["  " + k for k in body.kernels]
     if written:
         lines.append("  " + hir.writes(written))
-    host = _host_tensor(ep)
+    host = _host_tensor(ep) or (f"it reads a device value on the host at {lw.host_read} (an .item(), a data-dependent "
+                                f"size or branch)" if lw.host_read else "")
     if host:
         lines.append("  " + hir.graph_off(host))
     lines += ["  " + b for b in body.text.splitlines()]

@@ -22,6 +22,7 @@ import torch.fx as fx
 
 from . import float_symbols, hir, lazy_views, reinplace
 from .. import config
+from .._compat import launch_regions
 from ..errors import UnsupportedError
 from .triton_specialize import ArgSpec, argspec_from_value, compile_kernel, unwrap_kernel
 
@@ -333,12 +334,13 @@ class TritonCall:
         dims = [lw.sym_operand(_sym(g)) if _sym(g) is not None else str(self._hint(g)) for g in grid]
         # a launch inside a launch region (_compat.py: WHEN_MARK) runs when its condition holds: its
         # first grid dimension times the condition's 1 or 0 (an empty grid launches nothing)
-        for ident in (node.meta.get("custom") or {}).get("trident_when", ()):
+        for ident in launch_regions(node.kwargs["constant_args_idx"]):
             if ident not in lw.when:
                 self.fail("a launch under a condition the program does not compute")
             v = lw.new_sym()
             lw.lines.append(hir.sym(v, "mul", dims[0], lw.when[ident]))
             dims[0] = v
+            lw.region_launches[ident] = lw.region_launches.get(ident, 0) + 1
         lw.lines.append(hir.launch(kid, dims, operands))
         lw.env[node] = {k: results.get(k) or lw.env[v] for k, v in kwargs.items() if isinstance(v, fx.Node)}
         lw.ops.append(f"triton:{self.name}")

@@ -47,6 +47,23 @@ def test_the_spec_lists_the_arguments_it_writes():
     assert "graph off" in ir and "test_graphs_cpu.py" in ir  # the CPU tensor's line, for explain
 
 
+def rows_above(x, limit):
+    n = int((x > limit).sum().item())  # the host reads the count: a CUDA graph cannot hold it
+    return x.new_zeros(n) + 1
+
+
+def test_a_program_reading_a_device_value_on_the_host_is_marked_graph_off(monkeypatch):
+    """Where every tensor is on the device, an `.item()` still stops graphs: the spec says so from the
+    start (the first read's line) instead of failing a capture on the GPU."""
+    from trident.lowering import lower as lower_mod
+    monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep: "")  # as if every tensor were a CUDA one
+    ir = trident.controller(trident.compile(rows_above)).lower_call(torch.arange(8.0), 3.0).text
+    line = rows_above.__code__.co_firstlineno + 1
+    assert f'graph off "it reads a device value on the host at test_graphs_cpu.py:{line}' in ir, ir
+    plain = trident.controller(trident.compile(accumulate)).lower_call(torch.ones(2), torch.zeros(2)).text
+    assert "graph off" not in plain
+
+
 def test_without_graphs_explain_says_nothing_of_them():
     fast = trident.compile(accumulate, graphs=False)
     fast(torch.ones(2), torch.zeros(2))

@@ -8,7 +8,9 @@ StaticCache, called the ordinary way:
 and through `model.generate(..., cache_implementation="static")` with `model.forward` compiled.
 Each mode decodes the same prompt from a fresh cache; tokens/s is timed over the decode steps after
 two warm-up steps. The device floor is the eager step captured as one CUDA graph and replayed (the
-StaticCache's write position is a tensor, so replays advance it as eager calls do). Every mode's
+StaticCache's write position is a tensor, so replays advance it as eager calls do); a step that
+synchronizes with the host cannot be a graph, and its floor is then its kernels' device time as the
+profiler measures it. Every mode's
 tokens are compared with eager's in the same run.
 
     python3 benchmarks/hf_decode.py --model qwen3-8b --modes eager,trident,backend,reduce-overhead \\
@@ -109,7 +111,10 @@ def decode(step, model, prompt, steps, max_len):
 
 
 def floor(model, prompt, steps, max_len):
-    """The eager step replayed as one CUDA graph: seconds per step."""
+    """The device floor, seconds per step, and how it was measured: the eager step replayed as one
+    CUDA graph, or, where the step synchronizes with the host (an `.item()`, as Liger's fused MoE
+    reads its tile count) and so cannot be a graph, the device time of its kernels and copies as the
+    profiler measures them over `steps` eager steps (no gaps between them counted)."""
     from transformers import StaticCache
     cache = StaticCache(config=model.config, max_cache_len=max_len)
     with torch.no_grad():
@@ -121,6 +126,22 @@ def floor(model, prompt, steps, max_len):
             for _ in range(2):
                 model(input_ids=tok, past_key_values=cache, use_cache=True)
         torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        try:  # a step that synchronizes raises here, before any capture could be invalidated
+            torch.cuda.set_sync_debug_mode("error")
+            model(input_ids=tok, past_key_values=cache, use_cache=True)
+            syncs = None
+        except RuntimeError as e:
+            syncs = str(e).splitlines()[0][:120]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        if syncs is not None:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(steps):
+                    model(input_ids=tok, past_key_values=cache, use_cache=True)
+                torch.cuda.synchronize()
+            busy_us = sum(e.self_device_time_total for e in prof.key_averages())
+            return busy_us * 1e-6 / steps, f"device time of the eager step's kernels (it syncs: {syncs})"
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             model(input_ids=tok, past_key_values=cache, use_cache=True)
@@ -130,7 +151,7 @@ def floor(model, prompt, steps, max_len):
         for _ in range(steps):
             g.replay()
         torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / steps
+        return (time.perf_counter() - t0) / steps, "eager step as one CUDA graph"
 
 
 def profile_step(step, model, prompt, max_len, path, log, mode):
@@ -346,8 +367,8 @@ def main():
         prompt = prompt.masked_fill(mask == 0, 0)  # pad_token_id 0
     max_len = args.prompt + args.steps + 8
     results = {}
-    fl = floor(model, prompt, args.steps, max_len)
-    log(f"device floor (eager step as one CUDA graph): {fl * 1e3:.3f} ms/step")
+    fl, how = floor(model, prompt, args.steps, max_len)
+    log(f"device floor ({how}): {fl * 1e3:.3f} ms/step")
     # tokens are compared with eager's: the decode loop's with the eager loop's, generate()'s with
     # generate-eager's where it ran (with --pad only those match: the loop passes no padding mask)
     refs = {}

@@ -164,9 +164,10 @@ def _is_when(node: fx.Node) -> bool:
             and isinstance(node.args[1], str) and node.args[1].startswith(WHEN_MARK))
 
 
-def _when_tensor_of_sizes(node: fx.Node) -> bool:
+def when_tensor_of_sizes(node: fx.Node) -> bool:
     """A launch region's condition on data-dependent sizes alone, made a tensor for its marker only:
-    `scalar_tensor(u0 > 0)`, which lower_when computes from the symbols instead."""
+    `scalar_tensor(u0 > 0)` (a CPU tensor, by default), which lower_when computes from the symbols
+    instead: no such tensor exists in the program."""
     return (node.op == "call_function" and node.target is torch.ops.aten.scalar_tensor.default and bool(node.args)
             and isinstance(node.args[0], fx.Node) and isinstance(node.args[0].meta.get("val"), torch.SymBool)
             and bool(node.users) and all(_is_when(u) for u in node.users))
@@ -174,7 +175,7 @@ def _when_tensor_of_sizes(node: fx.Node) -> bool:
 
 def only_a_when_condition(node: fx.Node) -> bool:
     """Whether a symbolic bool is read only as a launch region's condition (lower_when)."""
-    return bool(node.users) and all(_when_tensor_of_sizes(u) for u in node.users)
+    return bool(node.users) and all(when_tensor_of_sizes(u) for u in node.users)
 
 
 def lower_when(lw, node: fx.Node) -> bool:
@@ -182,7 +183,7 @@ def lower_when(lw, node: fx.Node) -> bool:
     `$N = item %cond`, by which the region's kernel launches multiply their first grid dimension
     (triton_lower.py). True when lowered."""
     from .._compat import WHEN_MARK
-    if _when_tensor_of_sizes(node):
+    if when_tensor_of_sizes(node):
         lw.env[node] = None
         return True
     if not _is_when(node):
@@ -194,7 +195,7 @@ def lower_when(lw, node: fx.Node) -> bool:
         raise UnsupportedError(f"{node.args[1][len(WHEN_MARK):]}: a launch region whose end the capture did not "
                                "check")
     cond = node.args[0]
-    if _when_tensor_of_sizes(cond):
+    if when_tensor_of_sizes(cond):
         # a condition on data-dependent sizes alone: computed from the symbols, no tensor read
         lw.when[ident] = lw.syms.emit(cond.args[0].meta["val"].node.expr, lw.lines, lw.new_sym)
     else:

@@ -795,7 +795,7 @@ def _host_tensor(ep) -> str:
     inputs = None
     for node in ep.graph.nodes:
         device = host(node)
-        if device is None:
+        if device is None or data_values.when_tensor_of_sizes(node):
             continue
         if node.op == "call_function":
             m = re.match(r'File "([^"]*)", line (\d+)', _user_line(node))

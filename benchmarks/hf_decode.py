@@ -267,6 +267,9 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=No
     toks, dt = decode(fn, model, prompt, steps, max_len)
     if mode.startswith("trident"):
         counters = trident.counters(fn)
+        for line in trident.explain(fn).splitlines():  # why a spec runs without its graph, if one does
+            if "does not replay as a CUDA graph" in line:
+                log(f"{mode}: {line.strip()}")
     if profile_dir is not None:
         profile_step(fn, model, prompt, max_len, profile_dir / f"profile-{mode}.txt", log, mode)
     log(f"{mode}: {dt * 1e3:.3f} ms/step, first call to end {time.perf_counter() - t0:.1f} s, counters {counters}")

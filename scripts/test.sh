@@ -17,4 +17,7 @@ python3 -m pip install -q --no-deps "liger-kernel==0.7.0"
 export TRIDENT_TEST_LIGER_08="${TMPDIR:-/tmp}/trident-liger-0.8.5"
 python3 -m pip install -q --no-deps --upgrade --target "$TRIDENT_TEST_LIGER_08" "liger-kernel==0.8.5"
 export TRIDENT_CACHE_DIR="${TRIDENT_CACHE_DIR:-$(mktemp -d)}"
-python3 -m pytest tests -q -p no:cacheprovider
+# one worker per core (pytest-xdist; each worker's conftest makes its own trident cache); the slowest
+# tests are listed at the end, to keep the run short
+python3 -m pytest tests -q -p no:cacheprovider -n "$(python3 -c 'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')" \
+  --durations=15

@@ -188,13 +188,29 @@ def _capture_where(e: Exception) -> str:
 def _raised_by_user_code(e: Exception) -> bool:
     """Whether a capture failure is the traced code's own exception rather than something Dynamo or
     the lowering cannot take: Dynamo's "Observed exception" (the user's `raise`, an IndexError of a
-    Python list), or an exception that is not Dynamo's (an op refusing its fake arguments)."""
+    Python list), or an exception that is not Dynamo's (an op refusing its fake arguments). torch's
+    symbolic reasoning failing on this call's value (a negative int index captured with the range
+    of a position, `ValueRangeError`) is not the user's: the capture is tried again without symbols."""
     from torch._dynamo.exc import TorchDynamoException, Unsupported
+    from torch.utils._sympy.value_ranges import ValueRangeError
+    if isinstance(e, ValueRangeError):
+        return False
     if isinstance(e, Unsupported):
         return str(e).lstrip().startswith("Observed exception")
     if isinstance(e, TorchDynamoException):
         return bool(re.search(r": got \w+\(", str(e)))  # a fake-tensor call that raised (_capture_reason)
     return not isinstance(e, (UnsupportedError, KeyError, AssertionError, NotImplementedError))
+
+
+def _outside_symbol_ranges(e: BaseException) -> bool:
+    """Whether a capture failed on torch's value ranges (ValueRangeError somewhere in its causes)."""
+    from torch.utils._sympy.value_ranges import ValueRangeError
+    seen = 0
+    while e is not None and seen < 16:
+        if isinstance(e, ValueRangeError):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
 
 
 def _capture_hint(e: Exception) -> str:
@@ -869,6 +885,12 @@ class CompiledFunction:
             except CaptureRaisedError:
                 raise
             except UnsupportedError as e:
+                if _outside_symbol_ranges(e):
+                    # this call's value lies outside the range its symbol assumes (a negative int
+                    # index): this call alone is captured for its values; the symbols still serve others
+                    self._warn_once(f"a call with values outside the ranges of its symbols (a negative index) is "
+                                    f"compiled for its values: {str(e).strip().splitlines()[0][:200]}")
+                    break
                 # Not silent: every new value of what varies now costs a capture and a compile. Said
                 # once; later calls like it skip this attempt (it would fail the same way).
                 self._static_only.add(static_key)

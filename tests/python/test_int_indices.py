@@ -58,6 +58,10 @@ def test_negative_and_out_of_range_positions_behave_as_eager():
     for pos in [0, 3, 5, -1, -4, 7]:
         a, b = torch.zeros(1, 2, 8, 8), torch.zeros(1, 2, 8, 8)
         assert torch.equal(fast(a, k, pos), _write_then_read(b, k, pos)) and torch.equal(a, b), pos
+    # 0 as a constant (export specializes 0 and 1), 3 with the position symbolic (5 and 7 hit it);
+    # a negative position is outside the symbol's range: compiled for its value, not run eagerly
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"], c["fallbacks"]) == (4, 2, 0), c
     with pytest.raises(IndexError, match="out of range|out of bounds"):
         fast(torch.zeros(1, 2, 8, 8), k, 8)
     assert torch.equal(fast(torch.zeros(1, 2, 8, 8), k, 6), _write_then_read(torch.zeros(1, 2, 8, 8), k, 6))

@@ -320,12 +320,18 @@ def scale_if_any_rows(x, counts):
     return x + 1.0, tiles
 
 
+def _region_launch_grid(text: str) -> str:
+    """The region's launch grid in a lowered scale_if_any_rows: `$n = item`, `$c = gt $n, 0`, and
+    the grid `$g = mul $n, $c`."""
+    n = re.search(r"(\$\d+) = item %\d+", text).group(1)
+    cond = re.search(rf"(\$\d+) = gt {re.escape(n)}, 0", text).group(1)
+    return re.search(rf"(\$\d+) = mul {re.escape(n)}, {re.escape(cond)}", text).group(1)
+
+
 def test_a_launch_under_a_data_dependent_condition_runs_with_its_grid_times_the_condition():
     lowered, _ = _spec_text(scale_if_any_rows, torch.randn(256), torch.tensor([2, 1], dtype=torch.int32))
     text = lowered.text
-    n = re.search(r"(\$\d+) = item %\d+", text).group(1)
-    cond = re.search(rf"(\$\d+) = gt {re.escape(n)}, 0", text).group(1)
-    grid = re.search(rf"(\$\d+) = mul {re.escape(n)}, {re.escape(cond)}", text).group(1)
+    grid = _region_launch_grid(text)
     assert re.search(rf"launch 0 grid\({re.escape(grid)}, 1, 1\) \(%0, 256,", text), text
     assert "expect" not in text  # one program for both ways, not a branch per specialization
 
@@ -338,7 +344,7 @@ def scale_if_any_rows_without_grad(x, counts):
 def test_a_launch_region_does_not_depend_on_node_metadata(monkeypatch):
     """torch 2.11's export replaces every node's `custom` metadata under a `torch.no_grad()` the
     function enters (a dynamo-disabled wrapper's annotation): the region's condition and its launches
-    are found without it (_compat.launch_regions, region_closed)."""
+    are found without it (_compat.launch_regions, region_launch_count)."""
     import trident.compiled as compiled
     real = compiled.lower
 
@@ -349,11 +355,8 @@ def test_a_launch_region_does_not_depend_on_node_metadata(monkeypatch):
 
     monkeypatch.setattr(compiled, "lower", lower_without_custom)
     lowered, _ = _spec_text(scale_if_any_rows_without_grad, torch.randn(256), torch.tensor([2, 1], dtype=torch.int32))
-    text = lowered.text
-    n = re.search(r"(\$\d+) = item %\d+", text).group(1)
-    cond = re.search(rf"(\$\d+) = gt {re.escape(n)}, 0", text).group(1)
-    grid = re.search(rf"(\$\d+) = mul {re.escape(n)}, {re.escape(cond)}", text).group(1)
-    assert re.search(rf"launch 0 grid\({re.escape(grid)}, 1, 1\)", text), text
+    grid = _region_launch_grid(lowered.text)
+    assert re.search(rf"launch 0 grid\({re.escape(grid)}, 1, 1\)", lowered.text), lowered.text
 
 
 def test_a_region_launch_lowered_without_its_condition_is_refused_not_run_unconditionally(monkeypatch):

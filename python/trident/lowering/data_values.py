@@ -22,8 +22,6 @@ arguments only stay guards (the spec's, checked before it runs).
 from __future__ import annotations
 
 import math
-import os
-import re
 
 import sympy
 import torch
@@ -51,13 +49,8 @@ def _item(lw, node: fx.Node, v: str, src: str) -> None:
     the first such read is the program's `graph off` reason (lower.py)."""
     lw.lines.append(hir.item(v, src))
     if not lw.host_read:
-        lw.host_read = _where(node) or node.name
-
-
-def _where(node: fx.Node) -> str:
-    from .lower import _user_line
-    m = re.match(r'File "([^"]*)", line (\d+)', _user_line(node))
-    return f"{os.path.basename(m.group(1))}:{m.group(2)}" if m else ""
+        from .lower import user_file_line
+        lw.host_read = user_file_line(node) or node.name
 
 
 def lower_item(lw, node: fx.Node) -> bool:

@@ -115,6 +115,12 @@ def _user_line(node) -> str:
     return ""
 
 
+def user_file_line(node) -> str:
+    """'model.py:40' of the user's line a node came from (_user_line), or empty."""
+    m = re.match(r'File "([^"]*)", line (\d+)', _user_line(node))
+    return f"{os.path.basename(m.group(1))}:{m.group(2)}" if m else ""
+
+
 def _written_view(node: fx.Node, kind: str):
     """The fake of the view a slice/select/copy scatter writes (its destination's region)."""
     args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
@@ -798,8 +804,7 @@ def _host_tensor(ep) -> str:
         if device is None or data_values.when_tensor_of_sizes(node):
             continue
         if node.op == "call_function":
-            m = re.match(r'File "([^"]*)", line (\d+)', _user_line(node))
-            where = f" at {os.path.basename(m.group(1))}:{m.group(2)}" if m else ""
+            where = f" at {user_file_line(node)}" if user_file_line(node) else ""
             return f"a tensor on the {device} ({node.name}{where})"
         inputs = inputs or f"an input on the {device} ({node.name})"
     return inputs or ""

@@ -77,9 +77,15 @@ std::string cached_object_reason(const std::string& so_path, const std::string& 
   return "";
 }
 
-// Runs argv with stdout and stderr into log_path; returns the exit status (or -1 and errno).
+// Runs argv with stdout and stderr into log_path; returns the exit status (or -1 and errno). The
+// compiler runs under umask 077, so the object it creates is private from its first byte whatever
+// the caller's umask (the process's umask is shared by all its threads: a build off the miss path
+// while the user has umask 0 would otherwise create it world-writable until our chmod). The shell
+// gets argv as its positional parameters, never as text of its script.
 int run_compiler(const std::vector<std::string>& argv, const std::string& log_path) {
+  static const char* kPrivate[] = {"/bin/sh", "-c", "umask 077 && exec \"$@\"", "trident-cc"};
   std::vector<char*> args;
+  for (const char* a : kPrivate) args.push_back(const_cast<char*>(a));
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t fa;
@@ -88,7 +94,7 @@ int run_compiler(const std::vector<std::string>& argv, const std::string& log_pa
   posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   pid_t pid;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     errno = rc;

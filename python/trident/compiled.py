@@ -192,8 +192,7 @@ def _raised_by_user_code(e: Exception) -> bool:
     symbolic reasoning failing on this call's value (a negative int index captured with the range
     of a position, `ValueRangeError`) is not the user's: the capture is tried again without symbols."""
     from torch._dynamo.exc import TorchDynamoException, Unsupported
-    from torch.utils._sympy.value_ranges import ValueRangeError
-    if isinstance(e, ValueRangeError):
+    if _outside_symbol_ranges(e):
         return False
     if isinstance(e, Unsupported):
         return str(e).lstrip().startswith("Observed exception")

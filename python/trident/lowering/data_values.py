@@ -175,14 +175,13 @@ def lower_when(lw, node: fx.Node) -> bool:
     """A launch region's condition (_compat.py: WHEN_MARK), where its `if` stands:
     `$N = item %cond`, by which the region's kernel launches multiply their first grid dimension
     (triton_lower.py). True when lowered."""
-    from .._compat import WHEN_MARK
+    from .._compat import WHEN_MARK, region_launch_count
+    from ..errors import UnsupportedError
     if when_tensor_of_sizes(node):
         lw.env[node] = None
         return True
     if not _is_when(node):
         return False
-    from .._compat import region_launch_count
-    from ..errors import UnsupportedError
     ident = int(node.args[1][len(WHEN_MARK):].split(" ", 1)[0])
     if region_launch_count(ident) is None:
         raise UnsupportedError(f"{node.args[1][len(WHEN_MARK):]}: a launch region whose end the capture did not "

@@ -789,10 +789,12 @@ def _check_inplace_casts(ep):
                                f"{name(out.dtype)}")
 
 
-def _host_tensor(ep) -> str:
+def _host_tensor(ep, env: dict) -> str:
     """Why the program may not run as a CUDA graph (graphs=True, csrc/runtime/graphs/spec_graphs.h), or
     empty: a tensor of the program not on a CUDA device is computed by the host, which a graph's
-    replay would not repeat. Names the first op making one, at the user's line; else an input."""
+    replay would not repeat. Names the first op making one, at the user's line; else an input. A
+    run-time float's placeholder (a CPU 0-dim tensor only its `.item()` reads: float_symbols.py, the
+    lowered program reads the leaf itself; `env` is the lowerer's) is not one."""
     def host(node):
         val = node.meta.get("val")
         return next((v.device.type for v in (val if isinstance(val, (list, tuple)) else (val,))
@@ -801,7 +803,8 @@ def _host_tensor(ep) -> str:
     inputs = None
     for node in ep.graph.nodes:
         device = host(node)
-        if device is None or data_values.when_tensor_of_sizes(node):
+        if (device is None or data_values.when_tensor_of_sizes(node)
+                or isinstance(env.get(node), float_symbols.FloatInput)):
             continue
         if node.op == "call_function":
             where = f" at {user_file_line(node)}" if user_file_line(node) else ""
@@ -830,7 +833,7 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     lines += ["  " + k for k in body.kernels]
     if written:
         lines.append("  " + hir.writes(written))
-    host = _host_tensor(ep) or (f"it reads a device value on the host at {lw.host_read} (an .item(), a data-dependent "
+    host = _host_tensor(ep, lw.env) or (f"it reads a device value on the host at {lw.host_read} (an .item(), a data-dependent "
                                 f"size or branch)" if lw.host_read else "")
     if host:
         lines.append("  " + hir.graph_off(host))

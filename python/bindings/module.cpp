@@ -23,6 +23,7 @@
 #include "runtime/replay/op_replay.h"
 #include "runtime/memory/private_pool.h"
 #include "runtime/graphs/rebind_words.h"
+#include "runtime/graphs/scalar_patch.h"
 #include "scm_object.h"
 #include "selector_builds.h"
 
@@ -77,7 +78,12 @@ PyObject* py_ir_pass(PyObject*, PyObject* args) {
       }
       return out;
     }
-    throw std::invalid_argument("unknown pass '" + pass + "': expected liveness, select or emit_c");
+    if (pass == "graph_scalars") {  // per spec, why its CUDA graphs are keyed by its scalars ("" if not)
+      std::string out;
+      for (const auto& s : m.specs) out += "spec " + std::to_string(s.id) + ": " + runtime::ScalarPatch::keyed_by(s) + "\n";
+      return out;
+    }
+    throw std::invalid_argument("unknown pass '" + pass + "': expected liveness, select, emit_c or graph_scalars");
   });
 }
 
@@ -352,7 +358,7 @@ PyObject* py_rebind_word(PyObject*, PyObject* args) {
 PyMethodDef methods[] = {
     {"ir_print", py_ir_print, METH_O, "Parse host IR text and print it canonically."},
     {"ir_verify", py_ir_verify, METH_O, "Verify host IR text; returns it canonically or raises ValueError."},
-    {"ir_pass", py_ir_pass, METH_VARARGS, "ir_pass(name, text): run 'liveness', 'select' or 'emit_c'."},
+    {"ir_pass", py_ir_pass, METH_VARARGS, "ir_pass(name, text): run 'liveness', 'select', 'emit_c' or 'graph_scalars'."},
     {"describe_args", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_describe_args)),
      METH_FASTCALL | METH_KEYWORDS, "Flatten call arguments as the hot path does."},
     {"describe_tensor", py_describe_tensor, METH_O, "One tensor as a guard leaf dict."},

@@ -111,6 +111,8 @@ bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t s
   c.nstate = static_cast<int32_t>(state->tensors.size());
   c.state_id = state;
   c.recycle = st.reuse_outputs ? &mod.reuse_state()->pool : nullptr;
+  c.mod = &mod;
+  c.spec = spec;
   runtime::SpecGraphs::Keyed k;
   if (!graphs.key_of(c, k)) return false;
   if (graphs.replay(c, k, f, out_ints)) return true;

@@ -268,13 +268,19 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
   PyObject* background = PyFloat_FromDouble(st->background_compile_seconds);
   PyObject* interpreted = PyLong_FromUnsignedLongLong(st->interpreted_selects);
   PyObject* patches = PyLong_FromLongLong(graphs.patches);
-  const bool ok = background && interpreted && patches &&
+  PyObject* scalar_patches = PyLong_FromLongLong(graphs.scalar_patches);
+  PyObject* patched_nodes = PyLong_FromLongLong(graphs.patched_nodes);
+  const bool ok = background && interpreted && patches && scalar_patches && patched_nodes &&
                   PyDict_SetItemString(d, "background_compile_seconds", background) == 0 &&
                   PyDict_SetItemString(d, "interpreted_selects", interpreted) == 0 &&
-                  PyDict_SetItemString(d, "graph_patches", patches) == 0;
+                  PyDict_SetItemString(d, "graph_patches", patches) == 0 &&
+                  PyDict_SetItemString(d, "graph_scalar_patches", scalar_patches) == 0 &&
+                  PyDict_SetItemString(d, "graph_patched_nodes", patched_nodes) == 0;
   Py_XDECREF(background);
   Py_XDECREF(interpreted);
   Py_XDECREF(patches);
+  Py_XDECREF(scalar_patches);
+  Py_XDECREF(patched_nodes);
   if (!ok) Py_CLEAR(d);
   return d;
 }
@@ -302,13 +308,14 @@ PyObject* scm_graph_recaptures(PyObject* py_self, PyObject*) {
   });
 }
 
-// graph_notes() -> [(spec, stopped, why)]: each specialization whose runs do not replay as CUDA
-// graphs (stopped), or whose graphs are keyed by their arguments' addresses (runtime/graphs/spec_graphs.h).
+// graph_notes() -> [(spec, kind, why)]: each specialization whose runs do not replay as CUDA graphs
+// ("stopped"), or whose graphs are keyed by their arguments' addresses ("addresses") or their scalars'
+// values ("scalars") (runtime/graphs/spec_graphs.h).
 PyObject* scm_graph_notes(PyObject* py_self, PyObject*) {
   ScmState* st = reinterpret_cast<ScmObject*>(py_self)->st;
   if (!st->loaded || !st->graphs) return PyList_New(0);
   return py_list(st->loaded->graph_notes(), [](const runtime::LoadedModule::GraphNote& n) {
-    return Py_BuildValue("(iOs)", n.spec, n.stopped ? Py_True : Py_False, n.why.c_str());
+    return Py_BuildValue("(iss)", n.spec, n.kind, n.why.c_str());
   });
 }
 
@@ -408,7 +415,7 @@ PyMethodDef scm_methods[] = {
     {"note_fallback", scm_note_fallback, METH_NOARGS, "Count one call the Python layer ran eagerly."},
     {"spec_runs", scm_spec_runs, METH_NOARGS, "[runs of each specialization]."},
     {"branch_missed", scm_branch_missed, METH_NOARGS, "Whether the miss being handled took an untraced branch."},
-    {"graph_notes", scm_graph_notes, METH_NOARGS, "[(spec, stopped, why)]: what keeps specs' graphs from serving every call."},
+    {"graph_notes", scm_graph_notes, METH_NOARGS, "[(spec, kind, why)]: what keeps specs' graphs from serving every call."},
     {"graph_recaptures", scm_graph_recaptures, METH_NOARGS,
      "[(spec, what, count, last)]: why calls captured graphs of their own beside one their spec held."},
     {"ir", scm_ir, METH_NOARGS, "Host IR of every specialization (after planning)."},

@@ -129,7 +129,9 @@ def counters(compiled) -> dict:
     and with graphs=True: graphs (CUDA graphs held now), graph_captures, graph_replays (calls served
     by one graph launch), graph_rebinds (replays that first rewrote a graph for new argument
     addresses, such as a new KV cache), graph_patches (replays that pointed a graph at a small
-    read-only argument where the caller has it, instead of copying it into the graph's buffer). Where a miss's time went, summed over misses: capture_seconds
+    read-only argument where the caller has it, instead of copying it into the graph's buffer),
+    graph_scalar_patches (replays that first rewrote a graph's Triton launch nodes for new int, bool
+    or float arguments, such as a decode position) and graph_patched_nodes (the nodes they rewrote). Where a miss's time went, summed over misses: capture_seconds
     (torch.export), lowering_seconds (to host IR, Triton compiles included: triton_compile_seconds
     is the part spent in triton.compile), compile_seconds (the C
     compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects

@@ -44,10 +44,12 @@ def explain(compiled, *args, **kwargs) -> str:
     for spec, what, count, last in scm.graph_recaptures():  # graphs=True only
         lines.append(f"  spec {spec} captured {count} graph(s) beside one it held, as {what} differed "
                      f"(last: {last})")
-    for spec, stopped, why in scm.graph_notes():  # graphs=True only
-        lines.append(f"  spec {spec} does not replay as a CUDA graph: {why}" if stopped else
+    for spec, kind, why in scm.graph_notes():  # graphs=True only
+        lines.append(f"  spec {spec} does not replay as a CUDA graph: {why}" if kind == "stopped" else
                      f"  spec {spec}'s CUDA graphs are keyed by their arguments' addresses (a call with new "
-                     f"addresses captures a graph of its own): {why}")
+                     f"addresses captures a graph of its own): {why}" if kind == "addresses" else
+                     f"  spec {spec}'s CUDA graphs are keyed by its ints' and floats' values (a call with new "
+                     f"values captures a graph of its own, never patched): {why}")
     if args or kwargs:
         choice = scm.select(*args, **kwargs)
         lines.append(f"  these arguments select: {'spec %d' % choice if choice >= 0 else 'nothing (miss)'}")

@@ -75,9 +75,10 @@ namespace {
 
 struct KeyVec : std::vector<int64_t> {};
 
-KeyVec key_of(const std::vector<trd_leaf>& leaves, const std::vector<bool>& copied, int64_t stream) {
+KeyVec key_of(const std::vector<trd_leaf>& leaves, const std::vector<bool>& copied, int64_t stream,
+              bool values = true) {
   KeyVec k;
-  for (size_t i = 0; i < leaves.size(); ++i) trident::runtime::append_leaf_key(k, leaves[i], copied[i], 9);
+  for (size_t i = 0; i < leaves.size(); ++i) trident::runtime::append_leaf_key(k, leaves[i], copied[i], 9, values);
   k.push_back(0);       // device
   k.push_back(stream);  // stream
   k.push_back(7);       // state set
@@ -102,8 +103,8 @@ trd_leaf int_leaf(int64_t v) {
   return l;
 }
 
-std::string change(const KeyVec& a, const KeyVec& b, int32_t n) {
-  return trident::runtime::key_change(n, a.data(), a.size(), b.data(), b.size());
+std::string change(const KeyVec& a, const KeyVec& b, int32_t n, bool values = true) {
+  return trident::runtime::key_change(n, a.data(), a.size(), b.data(), b.size(), values);
 }
 
 }  // namespace
@@ -127,4 +128,18 @@ TEST(a_graph_key_is_laid_out_per_leaf_and_its_first_difference_is_said_in_words)
   const std::vector<bool> copy = {true, false};
   CHECK(change(key_of({tensor_leaf({1, 16}, 0x200), int_leaf(17)}, copy, 1),
                key_of({tensor_leaf({1, 16}, 0x7f0000000210ull), int_leaf(17)}, copy, 1), 2).empty());
+}
+
+TEST(a_graph_key_without_scalar_values_serves_every_int_and_still_says_other_differences) {
+  // graphs patched for new scalars (runtime/graphs/scalar_patch.h): an int is its kind alone
+  const std::vector<bool> bound = {false, false};
+  const KeyVec at17 = key_of({tensor_leaf({1, 16}, 0x7f0000000200ull), int_leaf(17)}, bound, 1, false);
+  const KeyVec at18 = key_of({tensor_leaf({1, 16}, 0x7f0000000200ull), int_leaf(18)}, bound, 1, false);
+  CHECK(at17 == at18);
+  CHECK(at17.size() == 9 + 1 + 3);
+  CHECK(change(at17, at18, 2, false).empty());
+  CHECK(change(at17, key_of({tensor_leaf({8, 16}, 0x7f0000000200ull), int_leaf(18)}, bound, 1, false), 2, false) ==
+        "leaf 0 (tensor): sizes [1, 16] -> [8, 16]");
+  CHECK(change(at17, key_of({tensor_leaf({1, 16}, 0x7f0000000200ull), int_leaf(17)}, bound, 2, false), 2, false) ==
+        "the caller's stream");
 }

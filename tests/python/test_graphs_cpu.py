@@ -56,7 +56,7 @@ def test_a_program_reading_a_device_value_on_the_host_is_marked_graph_off(monkey
     """Where every tensor is on the device, an `.item()` still stops graphs: the spec says so from the
     start (the first read's line) instead of failing a capture on the GPU."""
     from trident.lowering import lower as lower_mod
-    monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep: "")  # as if every tensor were a CUDA one
+    monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep, env: "")  # as if every tensor were a CUDA one
     ir = trident.controller(trident.compile(rows_above)).lower_call(torch.arange(8.0), 3.0).text
     line = rows_above.__code__.co_firstlineno + 1
     assert f'graph off "it reads a device value on the host at test_graphs_cpu.py:{line}' in ir, ir
@@ -101,3 +101,48 @@ def test_a_malformed_graph_setting_fails_at_import(name, value, message):
                        env={**os.environ, name: value})
     assert r.returncode != 0
     assert message in r.stderr
+
+
+def _graph_scalars(fn, *calls):
+    """Lowers fn for each call in turn (the second with the int that varies symbolic) and says, for
+    the last spec, why its CUDA graphs must be keyed by its scalars' values ("" when patched)."""
+    ctl = trident.controller(trident.compile(fn))
+    with torch.no_grad():
+        for args in calls:
+            low = ctl.lower_call(*args)
+    text = trident._C.ir_pass("graph_scalars", low.text)
+    return text.split(": ", 1)[1].strip()
+
+
+def test_an_int_that_reaches_an_aten_call_keys_graphs_by_value():
+    def int_position_step(x, cache, pos: int):
+        cache[pos] = x[0]
+        return cache[: pos + 1].sum(0)
+
+    x, cache = torch.randn(1, 8), torch.zeros(64, 8)
+    assert _graph_scalars(int_position_step, (x, cache, 3), (x, cache, 4)) == \
+        "aten::select.int takes a number computed from scalar argument leaf 2"
+
+
+def test_the_benchmark_decode_step_takes_its_int_position_only_in_triton_launches(monkeypatch):
+    """The position reaches the rotary and attention kernels' parameters and the cache writes'
+    pointer offsets (a builtin launch), never an ATen call: one graph serves every position."""
+    from dataclasses import replace
+    from fake_cuda import capture_as_sm90
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+    import models
+    monkeypatch.setenv("TRIDENT_BUILTIN_KERNELS", "all")
+    with capture_as_sm90(monkeypatch):
+        model = models.Decoder(replace(models.TINY, n_layers=1), use_triton=True, device="cpu").eval()
+        caches, x = model.new_caches(1), model.new_input(1)
+        assert _graph_scalars(model.decode_step, (x, caches, 7), (x, caches, 8)) == ""
+
+
+def test_a_float_argument_is_no_host_tensor_of_the_program():
+    """A run-time float reaches export as a CPU 0-dim tensor that only its `.item()` reads; the program
+    reads the leaf itself, so it does not stop graphs (it had: "an input on the cpu")."""
+    def scaled(alpha: float, beta: float):
+        return alpha * beta + 1.0
+
+    text = trident.controller(trident.compile(scaled)).lower_call(0.5, 3.0).text
+    assert "$f0 = float 0" in text and "graph off" not in text, text

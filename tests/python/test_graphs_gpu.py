@@ -93,23 +93,6 @@ def test_an_in_place_cache_decode_over_200_steps_matches_eager_and_writes_the_ca
     assert c["graph_replays"] >= 195, c
 
 
-def int_position_step(x, cache, pos: int):
-    cache[pos] = x[0]
-    return cache[: pos + 1].sum(0)
-
-
-def test_an_int_position_that_changes_every_call_runs_without_replaying_a_stale_graph():
-    """A graph bakes its ints in: a position that never repeats is never replayed."""
-    require_cuda()
-    mine, theirs = torch.zeros(64, 8, device="cuda"), torch.zeros(64, 8, device="cuda")
-    fast = trident.compile(int_position_step, graphs=True)
-    for pos in range(64):
-        x = torch.randn(1, 8, device="cuda")
-        torch.testing.assert_close(fast(x, mine, pos), int_position_step(x, theirs, pos), rtol=0, atol=0)
-    assert torch.equal(mine, theirs)
-    assert trident.counters(fast)["graph_replays"] == 0
-
-
 def test_two_functions_sharing_a_cache_both_replay_and_see_each_others_writes():
     require_cuda()
 

@@ -5,6 +5,7 @@
 #include <ATen/ScalarOps.h>
 #include <c10/core/Device.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -184,6 +185,15 @@ int64_t AtenSite::integer(size_t k, const int64_t* dyn) const {
   return p.kind == ArgPlan::Kind::Sym ? dyn[p.ref.i] : p.constant.toInt();
 }
 
+int32_t dyn_count(const std::vector<ir::Operand>& operands) {
+  int32_t n = 0;
+  for (const ir::Operand& o : operands) {
+    if (o.kind == K::Sym) n = std::max(n, static_cast<int32_t>(o.i) + 1);
+    n = std::max(n, dyn_count(o.items));
+  }
+  return n;
+}
+
 AtenSite resolve_site(const ir::Instr& call) {
   const std::string& full = call.op;
   size_t ns = full.find("::");
@@ -205,6 +215,7 @@ AtenSite resolve_site(const ir::Instr& call) {
                               __FILE__, __LINE__);
   for (size_t k = 0; k < formals.size(); ++k) site.args.push_back(plan(call.operands[k], formals[k], full, k));
   for (int64_t r : call.results) site.result_slots.push_back(static_cast<int32_t>(r));
+  site.ndyn = dyn_count(call.operands);
   site.typed = find_typed(site);
   return site;
 }

@@ -52,6 +52,7 @@ struct AtenSite {
   c10::OperatorHandle op;
   std::vector<ArgPlan> args;
   std::vector<int32_t> result_slots;
+  int32_t ndyn = 0;                 // the dyn values the site reads (dyn_count)
   TypedFn typed = nullptr;          // set when a typed entry point serves this op and these operands
   mutable ReusePool::Site reuse;    // allocation sites only: their state in the module's pool (buffer_reuse.h)
   mutable at::Tensor view_cache;    // linear sites: the transposed weight view (aten_typed_gemm.cpp)
@@ -80,6 +81,9 @@ inline double dyn_float(const int64_t* dyn, int64_t j) {
   std::memcpy(&v, dyn + j, sizeof v);
   return v;
 }
+
+// The number of dyn values a site in site form reads: 1 + the highest $N among its operands (0 if none).
+int32_t dyn_count(const std::vector<ir::Operand>& operands);
 
 // Resolve a call instruction in site form (operands resolved to locations, $N = dyn index).
 // Throws std::invalid_argument naming the operator and the operand on any mismatch.

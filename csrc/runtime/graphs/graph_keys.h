@@ -6,7 +6,8 @@
 //   - tensor: dtype, dim, sizes[dim], strides[dim], storage offset, then the data pointer's
 //     alignment in bits (up to SpecGraphs::kAlignBits; -2 for a null pointer), or -1 for an
 //     argument copied into the graph's buffer (its address is not part of the key);
-//   - float: its bits; int and bool: the value; none: nothing;
+//   - float: its bits; int and bool: the value; none: nothing (a scalar's value only where the
+//     spec's graphs are keyed by their scalars: `values`);
 // then the device, the caller's stream and the module state set's identity.
 #pragma once
 
@@ -23,8 +24,9 @@ constexpr int64_t kKeyCopied = -1, kKeyNull = -2;
 
 // Appends leaf `l`'s part of a key. `copied`: a tensor read from the graph's own buffer.
 template <class Key>
-void append_leaf_key(Key& key, const trd_leaf& l, bool copied, int align_bits) {
+void append_leaf_key(Key& key, const trd_leaf& l, bool copied, int align_bits, bool values) {
   key.push_back(l.kind);
+  if (!values && (l.kind == TRD_FLOAT || l.kind == TRD_INT || l.kind == TRD_BOOL)) return;
   switch (l.kind) {
     case TRD_TENSOR:
       key.push_back(l.dtype);
@@ -48,8 +50,8 @@ void append_leaf_key(Key& key, const trd_leaf& l, bool copied, int align_bits) {
 
 // In words, the first difference between keys `a` and `b` of `nleaves` argument leaves each: "leaf 2
 // (int): 17 -> 18", "leaf 0 (tensor): sizes [1, 16] -> [8, 16]", "the caller's stream", ...; "" when
-// they are equal.
-inline std::string key_change(int32_t nleaves, const int64_t* a, size_t na, const int64_t* b, size_t nb) {
+// they are equal. `values`: the keys hold their scalars' values (append_leaf_key).
+inline std::string key_change(int32_t nleaves, const int64_t* a, size_t na, const int64_t* b, size_t nb, bool values) {
   auto list = [](const int64_t* v, int64_t n) {
     std::string s = "[";
     for (int64_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -85,7 +87,7 @@ inline std::string key_change(int32_t nleaves, const int64_t* a, size_t na, cons
         return leaf + " (tensor): address alignment " + align(a[at]) + " -> " + align(b[at]);
       }
       ++at;
-    } else if (kind == TRD_FLOAT || kind == TRD_INT || kind == TRD_BOOL) {
+    } else if (values && (kind == TRD_FLOAT || kind == TRD_INT || kind == TRD_BOOL)) {
       if (at >= na || at >= nb) return "the arguments' structure";
       if (a[at] != b[at]) {
         if (kind != TRD_FLOAT)

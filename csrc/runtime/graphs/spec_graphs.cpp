@@ -13,6 +13,7 @@
 #include "runtime/launch/cuda_driver.h"
 #include "runtime/graphs/graph_keys.h"
 #include "runtime/graphs/graph_rebind.h"
+#include "runtime/graphs/scalar_patch.h"
 #include "runtime/module/env_switch.h"
 #include "runtime/module/loaded_module.h"
 
@@ -100,8 +101,14 @@ struct SpecGraphs::Graph {
   std::vector<ResultCopy> copies;  // results the graph copies out itself
   std::vector<at::Tensor> capture_targets;  // where the capture's copy nodes wrote (until patched)
   std::vector<int64_t> out_ints;
+  // Scalar patches (scalar_patch.h): the capture's record, null where the spec has no scalars that
+  // may differ; the scalars the nodes hold now, and whether a patch has rewritten any node.
+  std::unique_ptr<ScalarPatch> patch;
+  c10::SmallVector<int64_t, 8> scalars;
+  bool patched = false;
 
   ~Graph() {
+    patch.reset();  // its tensors own nothing; before the pool goes
     // An executable graph still running is freed when it completes (cuGraphExecDestroy); its pool's
     // blocks go back to PyTorch after the tensors over them.
     if (exec) cuda::driver().GraphExecDestroy(exec);
@@ -120,8 +127,8 @@ int64_t SpecGraphs::byte_limit() {
   return bytes;
 }
 
-SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind)
-    : writes_(std::move(writes)), result_kind_(result_kind) {
+SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed)
+    : writes_(std::move(writes)), result_kind_(result_kind), scalars_keyed_(std::move(scalars_keyed)) {
   if (!graph_off.empty()) stop(graph_off);
 }
 SpecGraphs::~SpecGraphs() = default;
@@ -133,6 +140,8 @@ GraphStats SpecGraphs::stats() const {
   s.replays = replays_;
   s.rebinds = rebinds_;
   s.patches = patches_;
+  s.scalar_patches = scalar_patches_;
+  s.patched_nodes = patched_nodes_;
   return s;
 }
 
@@ -142,13 +151,20 @@ void SpecGraphs::stop(const std::string& why) {
   graphs_.clear();
 }
 
+void SpecGraphs::key_scalars(const std::string& why) {
+  scalars_keyed_ = why;
+  graphs_.clear();  // keyed without their scalars
+  recent_.clear();
+}
+
 bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
   if (stopped_) return false;
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   const int dev = impl->getDevice().index();
   Key& key = kd.key;
   c10::SmallVector<bool, 32>& copied = kd.copied;
-  kd.bound.clear(), kd.ptrs.clear();
+  kd.bound.clear(), kd.ptrs.clear(), kd.scalars.clear();
+  const bool values = !scalars_keyed_.empty();
   key.clear();
   copied.assign(static_cast<size_t>(c.nleaves), false);
   for (int32_t k = 0; k < c.nleaves; ++k) {
@@ -163,7 +179,13 @@ bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
         kd.ptrs.push_back(l.data_ptr);
       }
     }
-    append_leaf_key(key, l, copied[k], kAlignBits);
+    if (l.kind == TRD_INT || l.kind == TRD_BOOL) kd.scalars.push_back(l.ival);
+    if (l.kind == TRD_FLOAT) {
+      int64_t bits;
+      std::memcpy(&bits, &l.fval, sizeof bits);
+      kd.scalars.push_back(bits);
+    }
+    append_leaf_key(key, l, copied[k], kAlignBits, values);
   }
   for (int32_t k = 0; k < c.nstate; ++k)
     if (!c.state[k].is_cuda() || c.state[k].get_device() != dev) return false;
@@ -196,9 +218,10 @@ at::Tensor SpecGraphs::result(const Call& c, int32_t slot, const at::Tensor& lik
   return t;
 }
 
-std::string SpecGraphs::launch(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, void* stream) {
+std::string SpecGraphs::launch(Graph& g, const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, bool rebound,
+                               std::string* patch_why, bool* refused) {
   const auto& d = cuda::driver();
-  auto s = static_cast<CUstream>(stream);
+  auto s = static_cast<CUstream>(k.stream);
   // A copied argument is read where the caller has it when few nodes hold its buffer's address and
   // the caller's address is aligned as the buffer's (the nodes are patched, no copy); else it is
   // copied into the buffer, and nodes patched to read elsewhere before are pointed back at it.
@@ -219,6 +242,11 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, trd_frame& f, int64_t* o
       return "pointing a graph at an argument: " + driver_error(r);
     std::copy(want.begin() + g.bound.size(), want.end(), g.statics_held.begin());
     ++patches_;
+    rebound = true;
+  }
+  if (k.scalars != g.scalars || (rebound && g.patched)) {
+    *patch_why = patch(g, c, k, want, f, refused);
+    if (!patch_why->empty()) return {};
   }
   CUcontext ctx = nullptr;
   for (const ResultCopy& oc : g.copies) {
@@ -259,6 +287,7 @@ bool SpecGraphs::launched(const std::string& error) {
 
 bool SpecGraphs::replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints) {
   auto found = graphs_.end(), movable = graphs_.end();
+  bool rebound = false;
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if ((*it)->key != k.key) continue;
     if ((*it)->bound == k.ptrs) {
@@ -285,9 +314,55 @@ bool SpecGraphs::replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* ou
     g.bound = k.ptrs;
     ++rebinds_;
     found = movable;
+    rebound = true;
   }
   graphs_.splice(graphs_.begin(), graphs_, found);  // most recently replayed first
-  return launched(launch(*graphs_.front(), c, f, out_ints, k.stream));
+  return replay_front(c, k, f, out_ints, rebound);
+}
+
+bool SpecGraphs::replay_front(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, bool rebound) {
+  std::string patch_why;
+  bool refused = false;
+  const std::string error = launch(*graphs_.front(), c, k, f, out_ints, rebound, &patch_why, &refused);
+  if (patch_why.empty()) return launched(error);
+  graphs_.pop_front();  // half patched
+  if (refused) key_scalars(patch_why);
+  return false;
+}
+
+std::string SpecGraphs::patch(Graph& g, const Call& c, const Keyed& k, const c10::SmallVector<uint64_t, 32>& want,
+                              trd_frame& f, bool* refused) {
+  if (!g.patch || !c.mod) return *refused = true, "the capture recorded no sites to patch";
+  // The arguments where the nodes hold them: a copied one in the graph's buffer unless its nodes
+  // were pointed at the caller's tensor (launch).
+  c10::SmallVector<const at::Tensor*, 32> args(c.args, c.args + c.nleaves);
+  for (size_t j = 0; j < g.statics.size(); ++j) {
+    const auto& [leaf, buf] = g.statics[j];
+    if (g.static_nodes[j] == 0 || want[g.bound.size() + j] == reinterpret_cast<uint64_t>(buf.data_ptr())) args[leaf] = &buf;
+  }
+  const at::Tensor* const* caller_args = f.args;
+  f.args = args.data();
+  f.patch = g.patch.get();
+  g.patch->begin();
+  c10::SmallVector<int64_t, 16> ints(static_cast<size_t>(std::max(c.mod->num_out_ints(c.spec), 1)));
+  const bool ran = c.mod->run(c.spec, f, c.leaves, ints.data());
+  f.patch = nullptr;
+  f.args = caller_args;
+  for (int32_t s = 0; s < c.mod->num_slots(c.spec); ++s) f.slots[s].reset();
+  std::string why = g.patch->refusal();
+  if (ran && g.patch->complete()) {
+    g.out_ints.assign(ints.begin(), ints.begin() + c.mod->num_out_ints(c.spec));
+    g.scalars = k.scalars;
+    g.patched = g.patched || g.patch->nodes_set() > 0;
+    ++scalar_patches_;
+    patched_nodes_ += g.patch->nodes_set();
+    return {};
+  }
+  *refused = ran || !why.empty();
+  if (why.empty()) why = ran ? "the program ran fewer sites than at the capture" : first_line(f.error);
+  f.error.clear();
+  f.error_kind = trd_frame::ErrorKind::kRuntime;
+  return why;
 }
 
 bool SpecGraphs::should_capture(const Keyed& k) {
@@ -442,9 +517,14 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   const bool caller_keeps = f.keeps_buffers;
   f.args = args.data();
   f.keeps_buffers = false;  // module-kept buffers are memory other runs use: the graph's are its pool's
+  // Scalars that may differ from call to call: the capture run records its sites for patches.
+  if (scalars_keyed_.empty() && !k.scalars.empty()) g->patch = std::make_unique<ScalarPatch>();
+  g->scalars = k.scalars;
+  f.patch = g->patch.get();
   CUgraph graph = nullptr;
   std::vector<std::pair<int32_t, at::Tensor>> targets;
   std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph, &targets);
+  f.patch = nullptr;
   const int32_t nslots = mod.num_slots(spec);
   for (int32_t s = 0; s < nslots; ++s)
     if (f.slots[s].defined()) g->outputs.emplace_back(s, std::move(f.slots[s]));
@@ -521,7 +601,8 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
                                           : SIZE_MAX);
     }
   }
-  if (g->rebind || !g->copies.empty()) g->graph = graph;  // the plan and the copies name its nodes
+  if (why.empty() && g->patch) g->patch->finish(g->exec);
+  if (g->rebind || !g->copies.empty() || g->patch) g->graph = graph;  // the plan, copies and patches name its nodes
   else if (graph) cuda::driver().GraphDestroy(graph);
   graph = nullptr;
   if (!why.empty()) {
@@ -532,7 +613,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   }
   if (!graphs_.empty()) {  // a capture beside a graph the spec holds: note why (explain)
     const Key& was = graphs_.front()->key;
-    std::string why_new = key_change(c.nleaves, was.data(), was.size(), k.key.data(), k.key.size());
+    std::string why_new = key_change(c.nleaves, was.data(), was.size(), k.key.data(), k.key.size(), !scalars_keyed_.empty());
     if (why_new.empty()) why_new = "new argument addresses (graphs keyed by address)";
     const std::string what = why_new.substr(0, why_new.find(": "));
     auto r = std::find_if(recaptures_.begin(), recaptures_.end(), [&](const Recapture& x) { return x.what == what; });
@@ -546,7 +627,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   ++captures_;
   graphs_.push_front(std::move(g));
   if (static_cast<int>(graphs_.size()) > kMaxGraphs) graphs_.pop_back();
-  return launched(launch(*graphs_.front(), c, f, out_ints, k.stream));
+  return replay_front(c, k, f, out_ints, false);
 }
 
 }  // namespace trident::runtime

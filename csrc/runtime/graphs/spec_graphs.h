@@ -5,9 +5,14 @@
 // Contract:
 //   - Key. A graph serves exactly the calls whose key equals the one it was captured with: device,
 //     the caller's current stream, the module state set (its identity: a new set after any state
-//     change), and per argument leaf its kind and value (ints and bools by value, floats by bit
-//     pattern, tensors by dtype, sizes, strides, offset and the data pointer's alignment up to
-//     kAlignBits bits, the caching allocator's granularity).
+//     change), and per argument leaf its kind and, for tensors, dtype, sizes, strides, offset and the
+//     data pointer's alignment up to kAlignBits bits (the caching allocator's granularity). Ints,
+//     bools and floats (scalars) are in the key by value only where the spec's graphs are keyed by
+//     them (scalars_keyed(): an ATen call takes a number computed from one, or a patch was refused).
+//   - Scalars. Otherwise a replay whose scalars differ from those the graph's nodes hold first
+//     re-runs the host program as a patch of the Triton launch nodes that depend on them
+//     (scalar_patch.h): a decode step whose int position advances replays one graph. A refused
+//     patch drops the graph and keys the spec's graphs by their scalars from then on, with the reason.
 //   - Addresses. A graph's nodes hold its tensor arguments' addresses; a call with other addresses
 //     (a new KV cache per generate(), a freed and reallocated argument) first rewrites the nodes
 //     that hold them (graph_rebind.h: found by a second capture with the arguments moved, checked
@@ -78,6 +83,7 @@ bool in_graph_capture();
 // Graph-mode counters of one module (counters()).
 struct GraphStats {
   int64_t graphs = 0, captures = 0, replays = 0, rebinds = 0, patches = 0;
+  int64_t scalar_patches = 0, patched_nodes = 0;  // replays patched for new scalars; nodes they rewrote
 };
 
 // One spec's graphs. Used under the module's run lock (the bindings' run_spec).
@@ -106,11 +112,14 @@ class SpecGraphs {
     // reuse_outputs=True: the module's pool (buffer_reuse.h), which hands a replay's results out
     // again once the caller has dropped them, as a run without graphs does; nullptr: fresh tensors.
     ReusePool* recycle = nullptr;
+    const LoadedModule* mod = nullptr;  // the module and spec whose program a scalar patch re-runs
+    int32_t spec = -1;
   };
 
   // writes: the spec's `writes`; graph_off: its `graph off` reason (nonempty: graphs never start);
-  // result_kind: the reuse kind (buffer_reuse.h) of its results' sites under Call::recycle.
-  SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind);
+  // result_kind: the reuse kind (buffer_reuse.h) of its results' sites under Call::recycle;
+  // scalars_keyed: why its graphs are keyed by its scalars (ScalarPatch::keyed_by), or "".
+  SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed);
   ~SpecGraphs();
   SpecGraphs(const SpecGraphs&) = delete;
   SpecGraphs& operator=(const SpecGraphs&) = delete;
@@ -122,6 +131,7 @@ class SpecGraphs {
     c10::SmallVector<bool, 32> copied;  // per leaf: copied into the graph's buffer, not keyed by address
     c10::SmallVector<int32_t, 32> bound;  // the tensor leaves whose addresses the graph's nodes hold
     c10::SmallVector<uint64_t, 32> ptrs;  // their data pointers
+    c10::SmallVector<int64_t, 8> scalars;  // the scalar leaves' values (floats' bits), in leaf order
     int device = -1;
     void* stream = nullptr;             // the caller's current stream
   };
@@ -142,6 +152,8 @@ class SpecGraphs {
   const std::string& why() const { return why_; }
   // Why the spec's last graph is keyed by its arguments' addresses (not rebound); empty otherwise.
   const std::string& keyed_by_address() const { return bind_why_; }
+  // Why the spec's graphs are keyed by its scalars' values (see Scalars); empty otherwise.
+  const std::string& scalars_keyed() const { return scalars_keyed_; }
   // Why calls captured graphs of their own beside one the spec had: per kind of difference (the
   // first between the keys, graph_keys.h: "leaf 2 (int)", "the caller's stream", ...), how many
   // captures and the last one's words ("leaf 2 (int): 17 -> 18").
@@ -154,8 +166,19 @@ class SpecGraphs {
 
  private:
   struct Graph;
-  // Copies the copied arguments in, launches, copies the results out; the error, or empty.
-  std::string launch(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, void* stream);
+  // Copies the copied arguments in, patches the graph for the call's scalars where they differ (or
+  // after a rebind, `rebound`, of a graph patched before), launches, copies the results out; the
+  // error, or empty. A patch that did not complete: *patch_why says why, *refused whether a patch
+  // cannot serve the spec; nothing was launched and the graph is half written.
+  std::string launch(Graph& g, const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, bool rebound,
+                     std::string* patch_why, bool* refused);
+  // Re-runs the spec's program as a patch of g's nodes (scalar_patch.h) with the arguments where the
+  // nodes hold them (`want`, launch's); "" when done.
+  std::string patch(Graph& g, const Call& c, const Keyed& k, const c10::SmallVector<uint64_t, 32>& want, trd_frame& f,
+                    bool* refused);
+  // A launch of the front graph by replay(); false: the caller runs the program.
+  bool replay_front(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, bool rebound);
+  void key_scalars(const std::string& why);
   bool launched(const std::string& error);  // true on success; else stops graphs with the error
   void stop(const std::string& why);
 
@@ -171,8 +194,8 @@ class SpecGraphs {
   std::list<std::unique_ptr<Graph>> graphs_;  // most recently replayed first
   std::list<std::pair<Key, int>> recent_;  // keys of recent calls without a graph, with their counts
   bool stopped_ = false;
-  std::string why_, bind_why_;
-  int64_t captures_ = 0, replays_ = 0, rebinds_ = 0, patches_ = 0;
+  std::string why_, bind_why_, scalars_keyed_;
+  int64_t captures_ = 0, replays_ = 0, rebinds_ = 0, patches_ = 0, scalar_patches_ = 0, patched_nodes_ = 0;
   std::vector<Recapture> recaptures_;  // at most kRecaptureKinds kinds
 };
 

@@ -65,6 +65,8 @@ Driver load() {
   bind_optional(lib, d.GraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams");
   bind_optional(lib, d.FuncGetName, "cuFuncGetName");
   bind_optional(lib, d.TensorMapEncodeTiled, "cuTensorMapEncodeTiled");
+  bind_optional(lib, d.StreamGetCaptureInfo3, "cuStreamGetCaptureInfo_v3");
+  bind_optional(lib, d.StreamGetCaptureInfo2, "cuStreamGetCaptureInfo_v2");
   CUresult r = d.Init(0);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuInit failed with CUDA error " + std::to_string(r));
   return d;
@@ -103,6 +105,23 @@ void clear_runtime_error() {
       dlclose(lib);
       return;
     }
+}
+
+CUgraphNode last_captured_node(CUstream s) {
+  const Driver& d = driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  const CUgraphNode* deps = nullptr;
+  size_t n = 0;
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (d.StreamGetCaptureInfo3) {
+    const CUgraphEdgeData* edges = nullptr;
+    r = d.StreamGetCaptureInfo3(s, &status, &id, &graph, &deps, &edges, &n);
+  } else if (d.StreamGetCaptureInfo2) {
+    r = d.StreamGetCaptureInfo2(s, &status, &id, &graph, &deps, &n);
+  }
+  return r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE && n == 1 ? deps[0] : nullptr;
 }
 
 CUstream current_stream(int device) {

@@ -55,6 +55,11 @@ struct Driver {
   CUresult (*GraphExecMemcpyNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D*, CUcontext);
   CUresult (*GraphExecMemsetNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS*, CUcontext);
   CUresult (*FuncGetName)(const char**, CUfunction);  // CUDA 12.3; for messages only
+  // What a stream capture's next work will depend on (last_captured_node); v3 (CUDA 12.3) or v2.
+  CUresult (*StreamGetCaptureInfo3)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*, const CUgraphNode**,
+                                    const CUgraphEdgeData**, size_t*);
+  CUresult (*StreamGetCaptureInfo2)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*, const CUgraphNode**,
+                                    size_t*);
   // Host-side TMA descriptors (tma_args.h); optional: a kernel taking one fails its launch without it.
   CUresult (*TensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -84,6 +89,10 @@ void check(CUresult r, const std::string& what);
 // error as the CUDA runtime's last error, where PyTorch's next launch check would report it as its
 // own. The runtime is PyTorch's (already loaded): this clears it there.
 void clear_runtime_error();
+
+// The node the work just captured on `s` made: the one node the capture's next work would depend on.
+// nullptr when `s` is not capturing, the driver cannot say, or that work forked or joined streams.
+CUgraphNode last_captured_node(CUstream s);
 
 // PyTorch's current stream on CUDA device `device`, as a driver handle.
 CUstream current_stream(int device);

@@ -1,4 +1,5 @@
 #include "runtime/launch/triton_launch.h"
+#include "runtime/launch/launch_args.h"
 #include "common/errors.h"
 
 #include <c10/core/Allocator.h>
@@ -79,8 +80,6 @@ class ContextScope {
  private:
   CUcontext ctx_ = nullptr, prev_ = nullptr;
 };
-
-constexpr size_t kMaxTmaParams = 8;
 
 // The CUtensorMap of a tensor descriptor over `t` (the descriptor's base viewed with its shape and
 // strides) as Triton's launcher builds it (make_tensordesc_arg, fillTMADescriptor): tma_args.h's
@@ -258,17 +257,16 @@ LaunchSite resolve_launch(const ir::Instr& in, const KernelInfo& k) {
     }
     s.params.push_back(q);
   }
+  s.ndyn = dyn_count(in.operands);
   return s;
 }
 
-void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid, const int64_t* dyn) const {
-  const ir::Kernel& decl = k.decl();
+void LaunchSite::fill(const trd_frame& f, const KernelInfo& k, const int64_t* dyn, LaunchArgs& a) const {
   const size_t n = params.size();
-  c10::SmallVector<uint64_t, 16> slots(n + 2);
-  c10::SmallVector<void*, 16> ptrs(n + 2);
-  CUtensorMap maps[kMaxTmaParams];  // by value, 64-byte aligned by its type, as the kernel takes them
-  size_t nmaps = 0;
-  int device = -1;
+  a.slots.assign(n + 2, 0);
+  a.ptrs.assign(n + 2, nullptr);
+  a.nmaps = 0;
+  a.device = -1;
   for (size_t p = 0; p < n; ++p) {
     const Param& q = params[p];
     switch (q.kind) {
@@ -276,30 +274,42 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
         const at::Tensor& t = tensor_at(f, q.ref);
         if (!t.defined() || !t.is_cuda())
           throw std::runtime_error("parameter " + std::to_string(p) + " is not a CUDA tensor");
-        if (device < 0) device = t.get_device();
+        if (a.device < 0) a.device = t.get_device();
         if (const int32_t j = k.tma_of_param()[p]; j >= 0) {
-          if (nmaps == kMaxTmaParams)
+          if (a.nmaps == kMaxTmaParams)
             throw std::runtime_error("kernel " + name + " takes more than " + std::to_string(kMaxTmaParams) +
                                      " tensor descriptors");
-          encode_tma(k.tma()[j], k.decl().tma[j].nan_padding, t, name, &maps[nmaps]);
-          ptrs[p] = &maps[nmaps++];
+          encode_tma(k.tma()[j], k.decl().tma[j].nan_padding, t, name, &a.maps[a.nmaps]);
+          a.ptrs[p] = &a.maps[a.nmaps++];
           continue;
         }
-        slots[p] = reinterpret_cast<uint64_t>(t.data_ptr()) + q.i + (q.offset_dyn >= 0 ? dyn[q.offset_dyn] : 0);
+        a.slots[p] = reinterpret_cast<uint64_t>(t.data_ptr()) + q.i + (q.offset_dyn >= 0 ? dyn[q.offset_dyn] : 0);
         break;
       }
-      case Param::Kind::Dyn: slots[p] = pack(k.params()[p], dyn[q.ref.i], 0.0, false); break;
-      case Param::Kind::Int: slots[p] = pack(k.params()[p], q.i, 0.0, false); break;
-      case Param::Kind::Float: slots[p] = pack(k.params()[p], 0, q.f, true); break;
-      case Param::Kind::DynFloat: slots[p] = pack(k.params()[p], 0, dyn_float(dyn, q.ref.i), true); break;
+      case Param::Kind::Dyn: a.slots[p] = pack(k.params()[p], dyn[q.ref.i], 0.0, false); break;
+      case Param::Kind::Int: a.slots[p] = pack(k.params()[p], q.i, 0.0, false); break;
+      case Param::Kind::Float: a.slots[p] = pack(k.params()[p], 0, q.f, true); break;
+      case Param::Kind::DynFloat: a.slots[p] = pack(k.params()[p], 0, dyn_float(dyn, q.ref.i), true); break;
     }
-    ptrs[p] = &slots[p];
+    a.ptrs[p] = &a.slots[p];
   }
+  a.ptrs[n] = &a.slots[n];
+  a.ptrs[n + 1] = &a.slots[n + 1];
+}
+
+void* LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid, const int64_t* dyn,
+                         c10::SmallVector<uint64_t, 16>* slots_out) const {
+  const ir::Kernel& decl = k.decl();
+  const size_t n = params.size();
+  LaunchArgs a;
+  fill(f, k, dyn, a);
+  int device = a.device;
   auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   const c10::Device current = impl->getDevice();
   if (device < 0) device = current.index();
   const c10::Device cuda_device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
-  if ((uint64_t)grid[0] * grid[1] * grid[2] == 0) return;  // Triton skips empty grids too
+  if (slots_out) *slots_out = a.slots;
+  if ((uint64_t)grid[0] * grid[1] * grid[2] == 0) return nullptr;  // Triton skips empty grids too
 
   // Switch devices only when the kernel's device is not already current (the common case is free).
   std::optional<c10::DeviceGuard> device_guard;
@@ -311,10 +321,9 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
   const uint64_t programs = (uint64_t)grid[0] * grid[1] * grid[2] * decl.num_ctas;
   if (decl.global_scratch > 0) global_scratch = c10::GetAllocator(c10::DeviceType::CUDA)->allocate(programs * decl.global_scratch);
   if (decl.profile_scratch > 0) profile_scratch = c10::GetAllocator(c10::DeviceType::CUDA)->allocate(programs * decl.profile_scratch);
-  slots[n] = reinterpret_cast<uint64_t>(global_scratch.get());
-  slots[n + 1] = reinterpret_cast<uint64_t>(profile_scratch.get());
-  ptrs[n] = &slots[n];
-  ptrs[n + 1] = &slots[n + 1];
+  a.slots[n] = reinterpret_cast<uint64_t>(global_scratch.get());
+  a.slots[n + 1] = reinterpret_cast<uint64_t>(profile_scratch.get());
+  if (slots_out) *slots_out = a.slots;
 
   CUfunction fn = static_cast<CUfunction>(k.function(device));
   ContextScope ctx(device);
@@ -348,7 +357,8 @@ void LaunchSite::launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid,
   config.hStream = stream;
   config.attrs = attrs;
   config.numAttrs = nattrs;
-  cuda::check(cuda::driver().LaunchKernelEx(&config, fn, ptrs.data(), nullptr), "cuLaunchKernelEx");
+  cuda::check(cuda::driver().LaunchKernelEx(&config, fn, a.ptrs.data(), nullptr), "cuLaunchKernelEx");
+  return stream;
 }
 
 }  // namespace trident::runtime

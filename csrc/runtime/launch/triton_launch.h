@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <c10/util/SmallVector.h>
+
 #include "ir/ir.h"
 #include "runtime/launch/tma_args.h"
 #include "runtime/module/frame.h"
@@ -55,6 +57,8 @@ class KernelInfo {
   mutable std::array<std::atomic<void*>, kMaxDevices> loaded_{};
 };
 
+struct LaunchArgs;  // launch_args.h
+
 struct LaunchSite {
   struct Param {
     enum class Kind : uint8_t { Tensor, Int, Dyn, Float, DynFloat } kind = Kind::Int;
@@ -67,7 +71,14 @@ struct LaunchSite {
   std::string name;
   std::vector<Param> params;
 
-  void launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid, const int64_t* dyn) const;
+  int32_t ndyn = 0;  // the dyn values the site reads (dyn_count)
+
+  // Launches on the current stream of the kernel's device; that stream (a CUstream), or nullptr for an
+  // empty grid (nothing launched). slots_out: the parameter slots it passed, scratch pointers included.
+  void* launch(trd_frame& f, const KernelInfo& k, const uint32_t* grid, const int64_t* dyn,
+                  c10::SmallVector<uint64_t, 16>* slots_out = nullptr) const;
+  // The parameters a launch with these dyn values passes, the scratch pointers' slots left 0.
+  void fill(const trd_frame& f, const KernelInfo& k, const int64_t* dyn, LaunchArgs& a) const;
 };
 
 // Resolve a launch instruction in site form against its kernel's parameter list.

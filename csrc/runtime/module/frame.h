@@ -12,6 +12,7 @@
 namespace trident::runtime {
 class LoadedSpec;
 class ReusePool;
+class ScalarPatch;
 }
 
 struct trd_frame {
@@ -24,6 +25,9 @@ struct trd_frame {
   int32_t nstate = 0;
   bool below_autograd = false;              // the run cannot record autograd history (scm_call.cpp)
   bool keeps_buffers = true;                // no Python dispatch mode sees the run (buffer_reuse.h)
+  // Graph mode (scalar_patch.h): the capture run records its sites here, or the run is a patch of a
+  // graph's nodes (sites issue nothing). nullptr: a plain run.
+  trident::runtime::ScalarPatch* patch = nullptr;
   std::string error;                        // set by a failing runtime call
   // The kind of c10 error it was, so the caller gets the Python type eager's op raises (c10's
   // IndexError is Python's IndexError, and so on); kRuntime for anything else.

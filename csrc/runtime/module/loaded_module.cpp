@@ -65,6 +65,8 @@ GraphStats LoadedModule::graph_stats() const {
     g.replays += s.replays;
     g.rebinds += s.rebinds;
     g.patches += s.patches;
+    g.scalar_patches += s.scalar_patches;
+    g.patched_nodes += s.patched_nodes;
   }
   return g;
 }
@@ -80,8 +82,12 @@ std::vector<LoadedModule::GraphNote> LoadedModule::graph_notes() const {
   std::vector<GraphNote> out;
   for (size_t s = 0; s < specs_.size(); ++s) {
     const SpecGraphs& g = specs_[s]->graphs();
-    if (g.stopped()) out.push_back({static_cast<int32_t>(s), true, g.why()});
-    else if (!g.keyed_by_address().empty()) out.push_back({static_cast<int32_t>(s), false, g.keyed_by_address()});
+    if (g.stopped()) {
+      out.push_back({static_cast<int32_t>(s), "stopped", g.why()});
+      continue;
+    }
+    if (!g.keyed_by_address().empty()) out.push_back({static_cast<int32_t>(s), "addresses", g.keyed_by_address()});
+    if (!g.scalars_keyed().empty()) out.push_back({static_cast<int32_t>(s), "scalars", g.scalars_keyed()});
   }
   return out;
 }

@@ -62,12 +62,11 @@ class LoadedModule {
   LoadedSpec::RunPolicy& run_policy(int32_t spec) const { return specs_[spec]->run_policy(); }
   SpecGraphs& graphs(int32_t spec) const { return specs_[spec]->graphs(); }
   GraphStats graph_stats() const;
-  // Each spec that stopped using graphs, with why (explain).
-  // Per spec with something to say about its graphs: (spec, stopped, why). stopped: its runs do not
-  // replay as graphs; else its graphs are keyed by their arguments' addresses (not rebound).
+  // Per spec with something to say about its graphs (explain): (spec, kind, why). kind: "stopped" (its runs never replay), "addresses" (graphs keyed by their arguments'
+  // addresses) or "scalars" (keyed by their ints' and floats' values).
   struct GraphNote {
     int32_t spec;
-    bool stopped;
+    const char* kind;
     std::string why;
   };
   std::vector<GraphNote> graph_notes() const;

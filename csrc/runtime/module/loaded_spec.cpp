@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include "ir/text.h"
+#include "runtime/graphs/scalar_patch.h"
 #include "runtime/replay/op_replay.h"
 
 namespace trident::runtime {
@@ -66,7 +67,7 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
           reuse.kinds.emplace(reuse_signature(site), static_cast<int32_t>(reuse.kinds.size())).first->second;
   // A graph's results share one reuse kind: their keys hold all of a result's metadata.
   const int32_t result_kind = reuse.kinds.emplace("graph result", static_cast<int32_t>(reuse.kinds.size())).first->second;
-  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, graph_off, result_kind);
+  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, graph_off, result_kind, ScalarPatch::keyed_by(ir));
   return spec;
 }
 

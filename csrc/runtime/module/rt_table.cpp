@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "runtime/graphs/scalar_patch.h"
 #include "runtime/module/loaded_module.h"
 
 namespace trident::runtime {
@@ -21,10 +22,18 @@ Kind kind_of(const c10::Error& e) {
   return Kind::kRuntime;
 }
 
+// A patch run's refusal (scalar_patch.h) as the run's error: the caller reads the refusal itself.
+int refused(trd_frame* f) {
+  f->error = "graph patch refused: " + f->patch->refusal();
+  return 1;
+}
+
 int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
   const AtenSite& s = f->spec->aten_site(site);
   try {
+    if (f->patch && f->patch->patching()) return f->patch->patch_call(site, s, *f, dyn) ? 0 : refused(f);
     s.invoke(*f, dyn);
+    if (f->patch) f->patch->record_call(site, s, *f, dyn);
     return 0;
   } catch (const c10::Error& e) {
     f->error = s.name + ": " + e.what_without_backtrace();
@@ -38,7 +47,15 @@ int rt_call(trd_frame* f, int32_t site, const int64_t* dyn) {
 int rt_launch(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* dyn, const double*) {
   const LaunchSite& s = f->spec->launch_site(site);
   try {
-    s.launch(*f, f->spec->kernel(s.kernel), grid, dyn);
+    const KernelInfo& k = f->spec->kernel(s.kernel);
+    if (f->patch && f->patch->patching()) return f->patch->patch_launch(site, s, k, *f, grid, dyn) ? 0 : refused(f);
+    if (!f->patch) {
+      s.launch(*f, k, grid, dyn);
+      return 0;
+    }
+    c10::SmallVector<uint64_t, 16> slots;
+    void* stream = s.launch(*f, k, grid, dyn, &slots);
+    f->patch->record_launch(site, slots, grid, static_cast<CUstream>(stream));
     return 0;
   } catch (const c10::Error& e) {
     f->error = "Triton kernel " + s.name + ": " + e.what_without_backtrace();
@@ -74,6 +91,7 @@ const at::Tensor* tensor_of(const trd_frame* f, int32_t kind, int32_t index) {
 }
 
 int rt_item(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t* out) {
+  if (f->patch && f->patch->patching()) return f->patch->refuse("the program reads a device value on the host"), refused(f);
   const at::Tensor* t = tensor_of(f, kind, index);
   try {
     TORCH_CHECK(t && t->defined(), "item: no tensor at location ", kind, ":", index);

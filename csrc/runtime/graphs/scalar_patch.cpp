@@ -1,0 +1,200 @@
+#include "runtime/graphs/scalar_patch.h"
+
+#include <ATen/ops/from_blob.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "runtime/aten/aten_site.h"
+#include "runtime/launch/cuda_driver.h"
+#include "runtime/launch/triton_launch.h"
+#include "runtime/launch/launch_args.h"
+
+namespace trident::runtime {
+namespace {
+
+using IK = ir::Instr::Kind;
+using OK = ir::Operand::Kind;
+
+// A tensor over `ptr` with like's sizes, strides and options, owning nothing: the memory is the
+// graph's pool's, which the graph holds, or an argument's, which the caller holds.
+at::Tensor alias_at(const at::Tensor& like, uint64_t ptr) {
+  return at::for_blob(reinterpret_cast<void*>(ptr), like.sizes())
+      .strides(like.strides())
+      .options(like.options())
+      .target_device(like.device())
+      .make_tensor();
+}
+
+uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
+
+std::string list(const int64_t* v, size_t n) {
+  std::string s = "[";
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// What a patch cannot rewrite in a kernel's node, or "".
+std::string unpatchable(const ir::Kernel& k) {
+  if (k.global_scratch > 0 || k.profile_scratch > 0) return "scratch memory sized by its grid";
+  if (!k.tma.empty()) return "tensor descriptors";
+  if (k.num_ctas != 1) return "clusters";
+  if (k.cooperative) return "a cooperative launch";
+  if (k.launch_pdl) return "a programmatic dependent launch";
+  return "";
+}
+
+}  // namespace
+
+std::string ScalarPatch::keyed_by(const ir::Spec& s) {
+  // The symbols computed from scalar leaves ({id, float?} -> the leaf), followed through arithmetic.
+  std::map<std::pair<int64_t, bool>, int64_t> from;
+  auto leaf_of = [&](const auto& self, const ir::Operand& o) -> int64_t {
+    if (o.kind == OK::Sym) {
+      auto it = from.find({o.i, o.j == 1});
+      if (it != from.end()) return it->second;
+    }
+    for (const ir::Operand& item : o.items)
+      if (int64_t l = self(self, item); l >= 0) return l;
+    return -1;
+  };
+  auto first_leaf = [&](const std::vector<ir::Operand>& ops) {
+    for (const ir::Operand& o : ops)
+      if (int64_t l = leaf_of(leaf_of, o); l >= 0) return l;
+    return int64_t{-1};
+  };
+  auto takes = [](const std::string& what, int64_t leaf) {
+    return what + " takes a number computed from scalar argument leaf " + std::to_string(leaf);
+  };
+  for (const ir::Instr& in : s.body) {
+    switch (in.kind) {
+      case IK::SymLeaf: from[{in.results[0], false}] = in.a; break;
+      case IK::FloatLeaf: from[{in.results[0], true}] = in.a; break;
+      case IK::SymBin:
+      case IK::FloatOp:
+        if (int64_t l = first_leaf(in.operands); l >= 0) from[{in.results[0], in.kind == IK::FloatOp}] = l;
+        break;
+      case IK::Call:
+        if (int64_t l = first_leaf(in.operands); l >= 0) return takes(in.op, l);
+        break;
+      case IK::Launch: {
+        int64_t l = first_leaf(in.operands);
+        if (l < 0) l = first_leaf(in.grid);
+        if (l < 0) break;
+        for (const ir::Kernel& k : s.kernels)
+          if (k.id == in.a)
+            if (std::string no = unpatchable(k); !no.empty()) return takes("Triton kernel " + k.name + " (" + no + ")", l);
+        break;
+      }
+      default: break;
+    }
+  }
+  return "";
+}
+
+void ScalarPatch::record_call(int32_t site, const AtenSite& s, const trd_frame& f, const int64_t* dyn) {
+  Event e;
+  e.site = site;
+  if (s.ndyn > 0) e.dyn.assign(dyn, dyn + s.ndyn);
+  for (int32_t slot : s.result_slots) {
+    const at::Tensor& t = f.slots[slot];
+    Result r;
+    if (!t.defined() || !t.is_cuda() || !t.has_storage() || t.storage().nbytes() == 0) {
+      r.t = t;  // nothing, or no device memory to hold on to
+    } else {
+      for (int32_t leaf = 0; leaf < f.nargs && r.leaf < 0; ++leaf) {
+        const at::Tensor* a = f.args[leaf];
+        if (a && a->defined() && a->has_storage() && t.storage().is_alias_of(a->storage()))
+          r.leaf = leaf, r.delta = address(t) - address(*a);
+      }
+      r.t = alias_at(t, address(t));
+    }
+    e.results.push_back(std::move(r));
+  }
+  events_.push_back(std::move(e));
+}
+
+void ScalarPatch::record_launch(int32_t site, const c10::SmallVector<uint64_t, 16>& slots, const uint32_t* grid,
+                                CUstream stream) {
+  Event e;
+  e.site = site;
+  e.launch = true;
+  e.node = stream ? cuda::last_captured_node(stream) : nullptr;
+  std::copy(grid, grid + 3, e.grid);
+  e.slots = slots;
+  events_.push_back(std::move(e));
+}
+
+void ScalarPatch::begin() {
+  at_ = 0;
+  refusal_.clear();
+  nodes_set_ = 0;
+}
+
+bool ScalarPatch::refuse(const std::string& why) {
+  if (refusal_.empty()) refusal_ = why;
+  return false;
+}
+
+ScalarPatch::Event* ScalarPatch::next(int32_t site, bool launch) {
+  if (at_ >= events_.size() || events_[at_].site != site || events_[at_].launch != launch) {
+    refuse("the program ran other sites than at the capture");
+    return nullptr;
+  }
+  return &events_[at_++];
+}
+
+bool ScalarPatch::patch_call(int32_t site, const AtenSite& s, trd_frame& f, const int64_t* dyn) {
+  Event* e = next(site, false);
+  if (!e) return false;
+  if (static_cast<size_t>(s.ndyn) != e->dyn.size() || !std::equal(e->dyn.begin(), e->dyn.end(), dyn))
+    return refuse(s.name + " takes other numbers than at the capture (" + list(e->dyn.data(), e->dyn.size()) +
+                  " -> " + list(dyn, static_cast<size_t>(s.ndyn)) + ")");
+  for (size_t r = 0; r < s.result_slots.size(); ++r) {
+    Result& res = e->results[r];
+    if (res.leaf >= 0) {  // over an argument: where the argument is now (a rebind may have moved it)
+      const uint64_t at = address(*f.args[res.leaf]) + res.delta;
+      if (address(res.t) != at) res.t = alias_at(res.t, at);
+    }
+    f.slots[s.result_slots[r]] = res.t;
+  }
+  return true;
+}
+
+bool ScalarPatch::patch_launch(int32_t site, const LaunchSite& s, const KernelInfo& k, trd_frame& f,
+                               const uint32_t* grid, const int64_t* dyn) {
+  Event* e = next(site, true);
+  if (!e) return false;
+  const size_t n = s.params.size();
+  LaunchArgs a;
+  s.fill(f, k, dyn, a);
+  a.slots[n] = e->slots[n], a.slots[n + 1] = e->slots[n + 1];  // scratch: the capture's (same grid, below)
+  const bool same_grid = std::equal(grid, grid + 3, e->grid);
+  if (same_grid && std::equal(a.slots.begin(), a.slots.end(), e->slots.begin())) return true;
+  const ir::Kernel& decl = k.decl();
+  const std::string kernel = "Triton kernel " + s.name;
+  if (!e->node) return refuse(kernel + " launched nothing at the capture (an empty grid) or its node was not found");
+  if (static_cast<uint64_t>(grid[0]) * grid[1] * grid[2] == 0) return refuse(kernel + "'s grid is empty for these values");
+  if (std::string no = unpatchable(decl); !no.empty() && !(same_grid && no.rfind("scratch", 0) == 0))
+    return refuse(kernel + " has " + no);
+  int device = a.device;
+  if (device < 0) device = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
+  CUDA_KERNEL_NODE_PARAMS p{};
+  p.func = static_cast<CUfunction>(k.function(device));
+  p.gridDimX = grid[0], p.gridDimY = grid[1], p.gridDimZ = grid[2];
+  p.blockDimX = 32 * decl.num_warps, p.blockDimY = 1, p.blockDimZ = 1;
+  p.sharedMemBytes = decl.shared;
+  p.kernelParams = a.ptrs.data();
+  if (cuda::driver().GraphExecKernelNodeSetParams(exec_, e->node, &p) != CUDA_SUCCESS) {
+    cuda::clear_runtime_error();
+    return refuse("the driver refused to rewrite " + kernel + "'s node");
+  }
+  std::copy(grid, grid + 3, e->grid);
+  e->slots.assign(a.slots.begin(), a.slots.end());
+  ++nodes_set_;
+  return true;
+}
+
+}  // namespace trident::runtime

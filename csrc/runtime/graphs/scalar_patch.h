@@ -1,0 +1,110 @@
+// Scalar patches: one CUDA graph of a specialization (spec_graphs.h) serving calls whose Python ints,
+// bools and floats (its scalar leaves) differ from the ones it was captured with: a decode step
+// whose int position advances every call replays one graph, rewritten for each position.
+//
+// Contract:
+//   - What may differ. What a program computes from a scalar leaf goes to Triton launches (integer
+//     and float parameters, grids, the byte offsets of pointers into tensors: ptr(%cache, 128 * $0)),
+//     to checks and to the integer results: all of it is computed by the host program itself. An ATen
+//     call that takes such a number (a slice starting at the position, an allocation sized by it)
+//     issues work only ATen knows how to redo; so does a kernel with scratch memory, tensor
+//     descriptors, clusters, cooperative or PDL launches. A spec with either keys its graphs by its
+//     scalars' values, as graphs did before patches (keyed_by: from the IR, at load), and every patch
+//     checks the same again while it runs (the IR analysis is not trusted alone).
+//   - Record. The capture run records each site it runs, in order: an ATen call's dyn values and
+//     results (non-owning tensors over the graph's own memory, whose pool the graph holds; a result
+//     over an argument's memory is kept as that argument plus an offset), and a Triton launch's
+//     graph node (the capture's last node after the launch: cuStreamGetCaptureInfo), grid and
+//     parameter slots.
+//   - Patch. A call whose scalars differ from those the graph's nodes hold re-runs the host program
+//     in patch mode (trd_frame::patch): an ATen call issues nothing and gives its recorded results
+//     once its dyn values are proven the recorded ones; a Triton launch computes its grid and
+//     parameters as for a launch and rewrites its node (cuGraphExecKernelNodeSetParams, which
+//     leaves launches already queued as they were) only where they differ from what the node holds.
+//     Anything else refuses: ATen dyn values that differ, another order of sites, a launch the
+//     capture skipped (an empty grid) or one whose grid is now empty, a host read (item). A refused
+//     or failed patch leaves the graph half written: the caller drops it.
+//   - Arguments. The patch run sees the arguments where the graph's nodes hold them (after any
+//     rebind), so the addresses it computes are the ones a rebind wrote. A rebind rewrites nodes from
+//     the capture's words, undoing earlier patches of their scalars: after one, a graph patched
+//     before is patched again (spec_graphs.cpp); the nodes the rebind rewrote then differ from the
+//     recorded words in an address, so the patch finds them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "runtime/module/frame.h"
+
+// The driver's handles as cuda.h declares them (cuda.h is the runtime's own include; the bindings
+// include this header for keyed_by).
+typedef struct CUgraphNode_st* CUgraphNode;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUstream_st* CUstream;
+
+namespace trident::runtime {
+
+struct AtenSite;
+struct LaunchSite;
+class KernelInfo;
+
+class ScalarPatch {
+ public:
+  // Why spec `s`'s graphs must be keyed by its scalar leaves' values: the first ATen call, or
+  // kernel a patch cannot rewrite, that takes a number computed from one; "" when none does.
+  static std::string keyed_by(const ir::Spec& s);
+
+  enum class Mode : uint8_t { kRecord, kPatch };
+  explicit ScalarPatch(Mode m = Mode::kRecord) : mode_(m) {}
+  bool patching() const { return mode_ == Mode::kPatch; }
+
+  // Record mode (the capture run), after the site ran: `f` holds its results; a launch's parameter
+  // slots (scratch pointers included) and `stream`, where it was captured (null: launched nothing).
+  void record_call(int32_t site, const AtenSite& s, const trd_frame& f, const int64_t* dyn);
+  void record_launch(int32_t site, const c10::SmallVector<uint64_t, 16>& slots, const uint32_t* grid, CUstream stream);
+  // Capture ended: patches may now run against `exec`.
+  void finish(CUgraphExec exec) { exec_ = exec, mode_ = Mode::kPatch; }
+
+  // Patch mode. begin before the run; each site then takes its turn instead of running; false
+  // refuses the patch with refusal() set.
+  void begin();
+  bool patch_call(int32_t site, const AtenSite& s, trd_frame& f, const int64_t* dyn);
+  bool patch_launch(int32_t site, const LaunchSite& s, const KernelInfo& k, trd_frame& f, const uint32_t* grid,
+                    const int64_t* dyn);
+  bool refuse(const std::string& why);
+  // After the run: true when every recorded site took its turn and nothing was refused.
+  bool complete() const { return refusal_.empty() && at_ == events_.size(); }
+  const std::string& refusal() const { return refusal_; }
+  int64_t nodes_set() const { return nodes_set_; }  // by the last patch
+
+ private:
+  struct Result {
+    at::Tensor t;            // non-owning, at the address the graph's nodes hold
+    int32_t leaf = -1;       // >= 0: over argument leaf `leaf`'s memory, `delta` bytes from its data
+    uint64_t delta = 0;
+  };
+  struct Event {
+    int32_t site = -1;
+    bool launch = false;
+    c10::SmallVector<int64_t, 8> dyn;                // ATen: the dyn values it took
+    std::vector<Result> results;                     // ATen: per result slot
+    CUgraphNode node = nullptr;                      // launch: its node (null: launched nothing)
+    uint32_t grid[3] = {0, 0, 0};                    // launch: what the node holds now
+    c10::SmallVector<uint64_t, 16> slots;            // launch: its parameter slots now
+  };
+  Event* next(int32_t site, bool launch);
+
+  Mode mode_;
+  CUgraphExec exec_ = nullptr;
+  std::vector<Event> events_;
+  size_t at_ = 0;
+  std::string refusal_;
+  int64_t nodes_set_ = 0;
+};
+
+}  // namespace trident::runtime

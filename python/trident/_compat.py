@@ -289,6 +289,71 @@ def _install_descriptor_writes() -> bool:
     return True
 
 
+class _Uncacheable(Exception):
+    pass
+
+
+def _ttir_arg_key(value):
+    """What torch's TTIR generation reads of one argument of a launch (triton_kernel_wrap.generate_ttir):
+    a fake tensor's dtype (it stands in an empty tensor of that dtype), nothing of a symbolic value
+    (it stands in 2), anything else by value. _Uncacheable for what it might read more of (a real
+    tensor's address decides Triton's alignment specialization)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    if isinstance(value, FakeTensor):
+        return ("tensor", value.dtype)
+    if isinstance(value, torch.Tensor):
+        raise _Uncacheable
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("sym", type(value).__name__)
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return (type(value).__name__, value)
+    raise _Uncacheable
+
+
+_MUTATIONS_LIMIT = 4096
+
+
+def _install_mutation_cache() -> bool:
+    """torch's analysis of which tensors a user kernel writes (get_mutated_tensors) compiles the
+    kernel to TTIR and walks it at every launch it traces: about 0.1 s each, so a model whose layers
+    launch the same kernels 27 times over spent most of its capture there (DeepSeek-V2 with
+    Liger-Kernel: 10 of 30 s for 6 layers on a CPU). The answer depends only on the kernel, the
+    arguments as _ttir_arg_key sees them, the descriptor metadata and whether trident is capturing
+    (the fixes above); it is kept per process under that key. Launches with arguments it cannot
+    key are analysed every time."""
+    try:
+        from torch._higher_order_ops import triton_kernel_wrap
+        orig = triton_kernel_wrap.get_mutated_tensors
+        table = triton_kernel_wrap.kernel_side_table
+    except (ImportError, AttributeError):
+        return False
+    if getattr(orig, "_trident_cache", False):
+        return True
+    answers: dict = {}
+
+    def get_mutated_tensors(kernel_idx, constant_args_idx, kwargs, tma_descriptor_metadata):
+        kernel = table.get_kernel(kernel_idx)
+        try:
+            merged = {**kwargs, **table.get_constant_args(constant_args_idx)}
+            key = (id(kernel), tuple((k, _ttir_arg_key(v)) for k, v in merged.items()),
+                   repr(sorted((tma_descriptor_metadata or {}).items())), getattr(_capture, "active", False))
+            hash(key)
+        except (_Uncacheable, TypeError):
+            return orig(kernel_idx, constant_args_idx, kwargs, tma_descriptor_metadata)
+        found = answers.get(key)
+        if found is not None and found[0] is kernel:
+            return list(found[1])
+        names = orig(kernel_idx, constant_args_idx, kwargs, tma_descriptor_metadata)
+        if len(answers) >= _MUTATIONS_LIMIT:
+            answers.clear()
+        answers[key] = (kernel, list(names))  # the kernel held: its id is not reused while the entry lives
+        return names
+
+    get_mutated_tensors._trident_cache = True
+    triton_kernel_wrap.get_mutated_tensors = get_mutated_tensors
+    return True
+
+
 def _symint_positions(key):
     """For an indexing key (a Dynamo VariableTracker) of basic indexing (ints, slices, None; no
     Ellipsis) with symbolic ints among its items (`cache[:, :, pos]`, `pos` kept symbolic): the key
@@ -783,7 +848,8 @@ _install_lock = threading.Lock()
 def capturing():
     """What trident changes in torch while it captures (export, or the backend's AOT trace), and
     only then: no real-value copies of lifted tensors, scalar-correct Triton mutation analysis,
-    symbolic int indices, Triton launches with num_ctas or defaulted constexprs, (during
+    symbolic int indices, Triton launches with num_ctas or defaulted constexprs, its mutation
+    analysis kept per kernel and arguments, (during
     export_program) a record of the graphs Dynamo installs as globals, and libraries' eager
     branches where they ask whether they are traced (library_traces.py)."""
     from .library_traces import eager_decisions
@@ -793,6 +859,7 @@ def capturing():
         _install_symint_indexing()
         _install_triton_launch_options()
         _install_descriptor_writes()
+        _install_mutation_cache()
         _install_tensor_branches()
         _install_global_recorder()
     prev = getattr(_capture, "active", False)

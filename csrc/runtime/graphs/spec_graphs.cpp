@@ -76,6 +76,9 @@ struct ResultCopy {
   CUgraphNode node;
   CUDA_MEMCPY3D params;
   at::Tensor like;  // the graph's result: the fresh tensor's sizes, strides and options
+  // Where the node copies to now. A caller that drops each result gets the same block from the
+  // caching allocator next call: the node then already points there and is not rewritten.
+  CUdeviceptr held;
 };
 
 }  // namespace
@@ -249,13 +252,16 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, const Keyed& k, trd_fram
     if (!patch_why->empty()) return {};
   }
   CUcontext ctx = nullptr;
-  for (const ResultCopy& oc : g.copies) {
+  for (ResultCopy& oc : g.copies) {
     at::Tensor out = result(c, oc.slot, oc.like);
     CUDA_MEMCPY3D p = oc.params;
     p.dstDevice = reinterpret_cast<CUdeviceptr>(out.data_ptr());
-    CUresult r = ctx ? CUDA_SUCCESS : d.CtxGetCurrent(&ctx);
-    if (r == CUDA_SUCCESS) r = d.GraphExecMemcpyNodeSetParams(g.exec, oc.node, &p, ctx);
-    if (r != CUDA_SUCCESS) return "pointing a graph's result copy at a fresh tensor: " + driver_error(r);
+    if (p.dstDevice != oc.held) {
+      CUresult r = ctx ? CUDA_SUCCESS : d.CtxGetCurrent(&ctx);
+      if (r == CUDA_SUCCESS) r = d.GraphExecMemcpyNodeSetParams(g.exec, oc.node, &p, ctx);
+      if (r != CUDA_SUCCESS) return "pointing a graph's result copy at a fresh tensor: " + driver_error(r);
+      oc.held = p.dstDevice;
+    }
     f.slots[oc.slot] = std::move(out);
   }
   if (const CUresult r = d.GraphLaunch(g.exec, s); r != CUDA_SUCCESS)
@@ -435,7 +441,7 @@ std::string find_result_copies(CUgraph graph, const std::vector<std::pair<int32_
       if (p.dstDevice != reinterpret_cast<CUdeviceptr>(to.data_ptr())) continue;
       auto out = std::find_if(outputs.begin(), outputs.end(), [&, slot = slot](const auto& o) { return o.first == slot; });
       if (out != outputs.end() && p.srcDevice == reinterpret_cast<CUdeviceptr>(out->second.data_ptr()))
-        copies->push_back({slot, node, p, out->second});
+        copies->push_back({slot, node, p, out->second, p.dstDevice});
     }
   }
   return {};

@@ -48,11 +48,12 @@
 //     with the reason: a program with that much intermediate memory (a long prefill) runs kernels
 //     long enough that launching them one by one costs little.
 //   - Results. A replay's results are fresh tensors (with reuse_outputs, ones the caller dropped:
-//     Call::recycle), copies of the graph's own (the next replay overwrites those): a dense result is copied by a copy node the capture appended to the graph,
-//     its destination pointed at the fresh tensor before each launch (no copy issued by the host;
-//     the capture's own destinations, a second copy of each result in the graph's pool, are held
-//     while the graph lives); any other by ATen after the launch. Integer results are the capture
-//     run's, which the key fixes. A program whose results share memory with an argument, module
+//     Call::recycle), copies of the graph's own (the next replay overwrites those): a dense result
+//     is copied by a copy node the capture appended to the graph, its destination pointed at the
+//     fresh tensor before the launch where that tensor is not where the node copies already (no
+//     copy issued by the host; the capture's own destinations, a second copy of each result in the
+//     graph's pool, are held while the graph lives); any other by ATen after the launch. Integer
+//     results are the capture run's, or the last scalar patch's, which computes them. A program whose results share memory with an argument, module
 //     state or each other is not replayed (its results could not be copied faithfully): graphs
 //     stop for the spec, with the reason.
 #pragma once

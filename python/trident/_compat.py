@@ -350,6 +350,9 @@ def _install_mutation_cache() -> bool:
         return names
 
     get_mutated_tensors._trident_cache = True
+    # What it wraps is installed: _install_descriptor_writes, run before it on every capture, must
+    # not wrap this again (each capture would add two layers, until Python's recursion limit).
+    get_mutated_tensors._trident_fix = getattr(orig, "_trident_fix", False)
     triton_kernel_wrap.get_mutated_tensors = get_mutated_tensors
     return True
 

@@ -403,6 +403,10 @@ def test_the_mutation_analysis_runs_once_per_kernel_and_arguments(monkeypatch):
     from trident import _compat
     with _compat.capturing():
         pass  # installs the fixes, so the count below wraps what the capture calls
+    installed = triton_kernel_wrap.get_mutated_tensors
+    with _compat.capturing():
+        pass
+    assert triton_kernel_wrap.get_mutated_tensors is installed  # installed once, not once more per capture
     compiles = []
     inner = triton_kernel_wrap.generate_ttir
 

@@ -22,6 +22,13 @@ namespace trident::runtime {
 
 constexpr int64_t kKeyCopied = -1, kKeyNull = -2;
 
+// "[1, 16]": n integers as the words of keys and patches say them.
+inline std::string int_list(const int64_t* v, size_t n) {
+  std::string s = "[";
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 // Appends leaf `l`'s part of a key. `copied`: a tensor read from the graph's own buffer.
 template <class Key>
 void append_leaf_key(Key& key, const trd_leaf& l, bool copied, int align_bits, bool values) {
@@ -52,11 +59,6 @@ void append_leaf_key(Key& key, const trd_leaf& l, bool copied, int align_bits, b
 // (int): 17 -> 18", "leaf 0 (tensor): sizes [1, 16] -> [8, 16]", "the caller's stream", ...; "" when
 // they are equal. `values`: the keys hold their scalars' values (append_leaf_key).
 inline std::string key_change(int32_t nleaves, const int64_t* a, size_t na, const int64_t* b, size_t nb, bool values) {
-  auto list = [](const int64_t* v, int64_t n) {
-    std::string s = "[";
-    for (int64_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-    return s + "]";
-  };
   size_t at = 0;
   for (int32_t k = 0; k < nleaves; ++k) {
     const std::string leaf = "leaf " + std::to_string(k);
@@ -71,10 +73,10 @@ inline std::string key_change(int32_t nleaves, const int64_t* a, size_t na, cons
       at += 2;
       if (at + 2 * dim + 2 > na || at + 2 * dim + 2 > nb) return "the arguments' structure";
       if (!std::equal(a + at, a + at + dim, b + at))
-        return leaf + " (tensor): sizes " + list(a + at, dim) + " -> " + list(b + at, dim);
+        return leaf + " (tensor): sizes " + int_list(a + at, static_cast<size_t>(dim)) + " -> " + int_list(b + at, static_cast<size_t>(dim));
       at += dim;
       if (!std::equal(a + at, a + at + dim, b + at))
-        return leaf + " (tensor): strides " + list(a + at, dim) + " -> " + list(b + at, dim);
+        return leaf + " (tensor): strides " + int_list(a + at, static_cast<size_t>(dim)) + " -> " + int_list(b + at, static_cast<size_t>(dim));
       at += dim;
       if (a[at] != b[at])
         return leaf + " (tensor): storage offset " + std::to_string(a[at]) + " -> " + std::to_string(b[at]);

@@ -1,6 +1,5 @@
 #include "runtime/graphs/scalar_patch.h"
 
-#include <ATen/ops/from_blob.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -8,6 +7,8 @@
 #include <utility>
 
 #include "runtime/aten/aten_site.h"
+#include "runtime/aten/tensor_over.h"
+#include "runtime/graphs/graph_keys.h"
 #include "runtime/launch/cuda_driver.h"
 #include "runtime/launch/triton_launch.h"
 #include "runtime/launch/launch_args.h"
@@ -18,27 +19,12 @@ namespace {
 using IK = ir::Instr::Kind;
 using OK = ir::Operand::Kind;
 
-// A tensor over `ptr` with like's sizes, strides and options, owning nothing: the memory is the
-// graph's pool's, which the graph holds, or an argument's, which the caller holds.
-at::Tensor alias_at(const at::Tensor& like, uint64_t ptr) {
-  return at::for_blob(reinterpret_cast<void*>(ptr), like.sizes())
-      .strides(like.strides())
-      .options(like.options())
-      .target_device(like.device())
-      .make_tensor();
-}
-
 uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
 
-std::string list(const int64_t* v, size_t n) {
-  std::string s = "[";
-  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-// What a patch cannot rewrite in a kernel's node, or "".
-std::string unpatchable(const ir::Kernel& k) {
-  if (k.global_scratch > 0 || k.profile_scratch > 0) return "scratch memory sized by its grid";
+// What a patch cannot rewrite in a kernel's node, or "". Scratch memory is sized by the grid: the
+// capture's serves a node whose grid stays (`grid_changes` false).
+std::string unpatchable(const ir::Kernel& k, bool grid_changes) {
+  if (grid_changes && (k.global_scratch > 0 || k.profile_scratch > 0)) return "scratch memory sized by its grid";
   if (!k.tma.empty()) return "tensor descriptors";
   if (k.num_ctas != 1) return "clusters";
   if (k.cooperative) return "a cooperative launch";
@@ -46,25 +32,23 @@ std::string unpatchable(const ir::Kernel& k) {
   return "";
 }
 
+// The symbols computed from scalar leaves: {id, float?} -> the leaf.
+using ScalarSyms = std::map<std::pair<int64_t, bool>, int64_t>;
+
+// The scalar leaf the first such symbol in `ops` (operands, items included) comes from, or -1.
+int64_t first_leaf(const ScalarSyms& from, const std::vector<ir::Operand>& ops) {
+  for (const ir::Operand& o : ops) {
+    if (o.kind == OK::Sym)
+      if (auto it = from.find({o.i, o.j == 1}); it != from.end()) return it->second;
+    if (int64_t l = first_leaf(from, o.items); l >= 0) return l;
+  }
+  return -1;
+}
+
 }  // namespace
 
 std::string ScalarPatch::keyed_by(const ir::Spec& s) {
-  // The symbols computed from scalar leaves ({id, float?} -> the leaf), followed through arithmetic.
-  std::map<std::pair<int64_t, bool>, int64_t> from;
-  auto leaf_of = [&](const auto& self, const ir::Operand& o) -> int64_t {
-    if (o.kind == OK::Sym) {
-      auto it = from.find({o.i, o.j == 1});
-      if (it != from.end()) return it->second;
-    }
-    for (const ir::Operand& item : o.items)
-      if (int64_t l = self(self, item); l >= 0) return l;
-    return -1;
-  };
-  auto first_leaf = [&](const std::vector<ir::Operand>& ops) {
-    for (const ir::Operand& o : ops)
-      if (int64_t l = leaf_of(leaf_of, o); l >= 0) return l;
-    return int64_t{-1};
-  };
+  ScalarSyms from;  // followed through arithmetic
   auto takes = [](const std::string& what, int64_t leaf) {
     return what + " takes a number computed from scalar argument leaf " + std::to_string(leaf);
   };
@@ -74,18 +58,18 @@ std::string ScalarPatch::keyed_by(const ir::Spec& s) {
       case IK::FloatLeaf: from[{in.results[0], true}] = in.a; break;
       case IK::SymBin:
       case IK::FloatOp:
-        if (int64_t l = first_leaf(in.operands); l >= 0) from[{in.results[0], in.kind == IK::FloatOp}] = l;
+        if (int64_t l = first_leaf(from, in.operands); l >= 0) from[{in.results[0], in.kind == IK::FloatOp}] = l;
         break;
       case IK::Call:
-        if (int64_t l = first_leaf(in.operands); l >= 0) return takes(in.op, l);
+        if (int64_t l = first_leaf(from, in.operands); l >= 0) return takes(in.op, l);
         break;
       case IK::Launch: {
-        int64_t l = first_leaf(in.operands);
-        if (l < 0) l = first_leaf(in.grid);
+        int64_t l = first_leaf(from, in.operands);
+        if (l < 0) l = first_leaf(from, in.grid);
         if (l < 0) break;
         for (const ir::Kernel& k : s.kernels)
           if (k.id == in.a)
-            if (std::string no = unpatchable(k); !no.empty()) return takes("Triton kernel " + k.name + " (" + no + ")", l);
+            if (std::string no = unpatchable(k, true); !no.empty()) return takes("Triton kernel " + k.name + " (" + no + ")", l);
         break;
       }
       default: break;
@@ -109,7 +93,7 @@ void ScalarPatch::record_call(int32_t site, const AtenSite& s, const trd_frame& 
         if (a && a->defined() && a->has_storage() && t.storage().is_alias_of(a->storage()))
           r.leaf = leaf, r.delta = address(t) - address(*a);
       }
-      r.t = alias_at(t, address(t));
+      r.t = tensor_over(t, address(t));
     }
     e.results.push_back(std::move(r));
   }
@@ -150,13 +134,13 @@ bool ScalarPatch::patch_call(int32_t site, const AtenSite& s, trd_frame& f, cons
   Event* e = next(site, false);
   if (!e) return false;
   if (static_cast<size_t>(s.ndyn) != e->dyn.size() || !std::equal(e->dyn.begin(), e->dyn.end(), dyn))
-    return refuse(s.name + " takes other numbers than at the capture (" + list(e->dyn.data(), e->dyn.size()) +
-                  " -> " + list(dyn, static_cast<size_t>(s.ndyn)) + ")");
+    return refuse(s.name + " takes other numbers than at the capture (" + int_list(e->dyn.data(), e->dyn.size()) +
+                  " -> " + int_list(dyn, static_cast<size_t>(s.ndyn)) + ")");
   for (size_t r = 0; r < s.result_slots.size(); ++r) {
     Result& res = e->results[r];
     if (res.leaf >= 0) {  // over an argument: where the argument is now (a rebind may have moved it)
       const uint64_t at = address(*f.args[res.leaf]) + res.delta;
-      if (address(res.t) != at) res.t = alias_at(res.t, at);
+      if (address(res.t) != at) res.t = tensor_over(res.t, at);
     }
     f.slots[s.result_slots[r]] = res.t;
   }
@@ -177,8 +161,7 @@ bool ScalarPatch::patch_launch(int32_t site, const LaunchSite& s, const KernelIn
   const std::string kernel = "Triton kernel " + s.name;
   if (!e->node) return refuse(kernel + " launched nothing at the capture (an empty grid) or its node was not found");
   if (static_cast<uint64_t>(grid[0]) * grid[1] * grid[2] == 0) return refuse(kernel + "'s grid is empty for these values");
-  if (std::string no = unpatchable(decl); !no.empty() && !(same_grid && no.rfind("scratch", 0) == 0))
-    return refuse(kernel + " has " + no);
+  if (std::string no = unpatchable(decl, !same_grid); !no.empty()) return refuse(kernel + " has " + no);
   int device = a.device;
   if (device < 0) device = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
   CUDA_KERNEL_NODE_PARAMS p{};

@@ -59,16 +59,15 @@ class ScalarPatch {
   // kernel a patch cannot rewrite, that takes a number computed from one; "" when none does.
   static std::string keyed_by(const ir::Spec& s);
 
-  enum class Mode : uint8_t { kRecord, kPatch };
-  explicit ScalarPatch(Mode m = Mode::kRecord) : mode_(m) {}
-  bool patching() const { return mode_ == Mode::kPatch; }
+  // Records from its making until finish(), then patches.
+  bool patching() const { return exec_ != nullptr; }
 
   // Record mode (the capture run), after the site ran: `f` holds its results; a launch's parameter
   // slots (scratch pointers included) and `stream`, where it was captured (null: launched nothing).
   void record_call(int32_t site, const AtenSite& s, const trd_frame& f, const int64_t* dyn);
   void record_launch(int32_t site, const c10::SmallVector<uint64_t, 16>& slots, const uint32_t* grid, CUstream stream);
   // Capture ended: patches may now run against `exec`.
-  void finish(CUgraphExec exec) { exec_ = exec, mode_ = Mode::kPatch; }
+  void finish(CUgraphExec exec) { exec_ = exec; }
 
   // Patch mode. begin before the run; each site then takes its turn instead of running; false
   // refuses the patch with refusal() set.
@@ -99,8 +98,7 @@ class ScalarPatch {
   };
   Event* next(int32_t site, bool launch);
 
-  Mode mode_;
-  CUgraphExec exec_ = nullptr;
+  CUgraphExec exec_ = nullptr;  // set by finish()
   std::vector<Event> events_;
   size_t at_ = 0;
   std::string refusal_;

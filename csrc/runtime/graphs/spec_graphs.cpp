@@ -2,7 +2,6 @@
 
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/clone.h>
-#include <ATen/ops/from_blob.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "runtime/aten/tensor_over.h"
 #include "runtime/launch/cuda_driver.h"
 #include "runtime/graphs/graph_keys.h"
 #include "runtime/graphs/graph_rebind.h"
@@ -472,15 +472,8 @@ std::string capture_moved(const LoadedModule& mod, int32_t spec, const SpecGraph
     const at::Tensor& t = *args[leaf];
     const uint64_t shift = times * shift_of(j);
     leaves[leaf].data_ptr += shift;
-    // Never dereferenced: nothing runs under capture. The device is named, so PyTorch does not ask
-    // the driver which device the made-up address belongs to.
-    char* base = static_cast<char*>(t.data_ptr()) - t.storage_offset() * t.element_size() + shift;
-    fakes.push_back(at::for_blob(base, t.sizes())
-                        .strides(t.strides())
-                        .storage_offset(t.storage_offset())
-                        .options(t.options())
-                        .target_device(t.device())
-                        .make_tensor());
+    // Never dereferenced: nothing runs under capture.
+    fakes.push_back(tensor_over(t, reinterpret_cast<uint64_t>(t.data_ptr()) + shift));
     moved[leaf] = &fakes.back();
   }
   const at::Tensor* const* before = f.args;

@@ -91,7 +91,10 @@ const at::Tensor* tensor_of(const trd_frame* f, int32_t kind, int32_t index) {
 }
 
 int rt_item(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t* out) {
-  if (f->patch && f->patch->patching()) return f->patch->refuse("the program reads a device value on the host"), refused(f);
+  if (f->patch && f->patch->patching()) {
+    f->patch->refuse("the program reads a device value on the host");
+    return refused(f);
+  }
   const at::Tensor* t = tensor_of(f, kind, index);
   try {
     TORCH_CHECK(t && t->defined(), "item: no tensor at location ", kind, ":", index);

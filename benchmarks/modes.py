@@ -14,6 +14,9 @@ MODES = [
     ("trident", "trident", 3),
     ("trident_reuse", "trident reuse_outputs", 3),
     ("trident_graphs", "trident graphs", 3),
+    # graph mode with results written by their kernels straight into the returned tensor
+    # (TRIDENT_GRAPH_DIRECT_RESULTS=1, set in this mode's own worker process)
+    ("trident_graphs_direct", "trident graphs, direct results", 3),
     ("trident_backend", "compile(backend=trident)", 2),
     ("compile", "torch.compile", 4),
     ("reduce_overhead", "reduce-overhead", 4),
@@ -23,7 +26,7 @@ LABELS = {name: label for name, label, _ in MODES}
 WEIGHTS = {name: weight for name, _, weight in MODES}
 
 # Modes built with trident.compile (the other trident mode is the torch.compile backend).
-TRIDENT_COMPILE_MODES = ("trident", "trident_reuse", "trident_graphs")
+TRIDENT_COMPILE_MODES = ("trident", "trident_reuse", "trident_graphs", "trident_graphs_direct")
 
 OK, FAILED, UNSUPPORTED, ERROR, TIMEOUT, SKIPPED = "ok", "FAILED", "unsupported", "error", "timeout", "skipped"
 
@@ -35,9 +38,13 @@ def build(mode, fn):
     if mode == "eager":
         return fn
     if mode in TRIDENT_COMPILE_MODES:
+        import os
         import trident
+        if mode == "trident_graphs_direct":
+            os.environ["TRIDENT_GRAPH_DIRECT_RESULTS"] = "1"  # read as each specialization loads
         return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS,
-                               reuse_outputs=mode == "trident_reuse", graphs=mode == "trident_graphs")
+                               reuse_outputs=mode == "trident_reuse",
+                               graphs=mode in ("trident_graphs", "trident_graphs_direct"))
     if mode == "trident_backend":
         import trident  # noqa: F401  (registers the backend, where it exists)
         return torch.compile(fn, backend="trident")

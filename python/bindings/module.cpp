@@ -83,7 +83,21 @@ PyObject* py_ir_pass(PyObject*, PyObject* args) {
       for (const auto& s : m.specs) out += "spec " + std::to_string(s.id) + ": " + runtime::ScalarPatch::keyed_by(s) + "\n";
       return out;
     }
-    throw std::invalid_argument("unknown pass '" + pass + "': expected liveness, select, emit_c or graph_scalars");
+    if (pass == "direct_results") {  // per spec, the results its graphs may write directly (direct_results.h)
+      std::string out;
+      for (const auto& s : m.specs) {
+        const codegen::EmittedSpec e = codegen::emit_spec(s);
+        std::vector<ir::Instr> sites;
+        for (const auto& t : e.sites) sites.push_back(ir::parse_instr(t));
+        std::vector<ir::Kernel> kernels;
+        for (const auto& t : e.kernels) kernels.push_back(ir::parse_kernel(t));
+        out += "spec " + std::to_string(s.id) + ":\n" +
+               runtime::describe(runtime::direct_results(sites, kernels, ir::parse_operand(e.output)), sites);
+      }
+      return out;
+    }
+    throw std::invalid_argument("unknown pass '" + pass +
+                                "': expected liveness, select, emit_c, graph_scalars or direct_results");
   });
 }
 
@@ -358,7 +372,7 @@ PyObject* py_rebind_word(PyObject*, PyObject* args) {
 PyMethodDef methods[] = {
     {"ir_print", py_ir_print, METH_O, "Parse host IR text and print it canonically."},
     {"ir_verify", py_ir_verify, METH_O, "Verify host IR text; returns it canonically or raises ValueError."},
-    {"ir_pass", py_ir_pass, METH_VARARGS, "ir_pass(name, text): run 'liveness', 'select', 'emit_c' or 'graph_scalars'."},
+    {"ir_pass", py_ir_pass, METH_VARARGS, "ir_pass(name, text): run 'liveness', 'select', 'emit_c', 'graph_scalars' or 'direct_results'."},
     {"describe_args", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_describe_args)),
      METH_FASTCALL | METH_KEYWORDS, "Flatten call arguments as the hot path does."},
     {"describe_tensor", py_describe_tensor, METH_O, "One tensor as a guard leaf dict."},

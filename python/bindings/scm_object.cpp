@@ -265,22 +265,19 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
                        (long long)graphs.captures, "graph_replays", (long long)graphs.replays, "graph_rebinds",
                        (long long)graphs.rebinds);
   if (!d) return nullptr;
-  PyObject* background = PyFloat_FromDouble(st->background_compile_seconds);
-  PyObject* interpreted = PyLong_FromUnsignedLongLong(st->interpreted_selects);
-  PyObject* patches = PyLong_FromLongLong(graphs.patches);
-  PyObject* scalar_patches = PyLong_FromLongLong(graphs.scalar_patches);
-  PyObject* patched_nodes = PyLong_FromLongLong(graphs.patched_nodes);
-  const bool ok = background && interpreted && patches && scalar_patches && patched_nodes &&
-                  PyDict_SetItemString(d, "background_compile_seconds", background) == 0 &&
-                  PyDict_SetItemString(d, "interpreted_selects", interpreted) == 0 &&
-                  PyDict_SetItemString(d, "graph_patches", patches) == 0 &&
-                  PyDict_SetItemString(d, "graph_scalar_patches", scalar_patches) == 0 &&
-                  PyDict_SetItemString(d, "graph_patched_nodes", patched_nodes) == 0;
-  Py_XDECREF(background);
-  Py_XDECREF(interpreted);
-  Py_XDECREF(patches);
-  Py_XDECREF(scalar_patches);
-  Py_XDECREF(patched_nodes);
+  // The entries past Py_BuildValue's argument count, each a new reference until the dict holds it.
+  const std::pair<const char*, PyObject*> more[] = {
+      {"background_compile_seconds", PyFloat_FromDouble(st->background_compile_seconds)},
+      {"interpreted_selects", PyLong_FromUnsignedLongLong(st->interpreted_selects)},
+      {"graph_patches", PyLong_FromLongLong(graphs.patches)},
+      {"graph_scalar_patches", PyLong_FromLongLong(graphs.scalar_patches)},
+      {"graph_patched_nodes", PyLong_FromLongLong(graphs.patched_nodes)},
+      {"graph_result_nodes", PyLong_FromLongLong(graphs.result_nodes)}};
+  bool ok = true;
+  for (const auto& [name, value] : more) {
+    ok = ok && value && PyDict_SetItemString(d, name, value) == 0;
+    Py_XDECREF(value);
+  }
   if (!ok) Py_CLEAR(d);
   return d;
 }

@@ -131,7 +131,10 @@ def counters(compiled) -> dict:
     addresses, such as a new KV cache), graph_patches (replays that pointed a graph at a small
     read-only argument where the caller has it, instead of copying it into the graph's buffer),
     graph_scalar_patches (replays that first rewrote a graph's Triton launch nodes for new int, bool
-    or float arguments, such as a decode position) and graph_patched_nodes (the nodes they rewrote). Where a miss's time went, summed over misses: capture_seconds
+    or float arguments, such as a decode position), graph_patched_nodes (the nodes they rewrote) and
+    graph_result_nodes (nodes pointed at a replay's fresh result tensor, where the graph's kernels
+    write a result directly: TRIDENT_GRAPH_DIRECT_RESULTS=1). Where a miss's time went, summed over
+    misses: capture_seconds
     (torch.export), lowering_seconds (to host IR, Triton compiles included: triton_compile_seconds
     is the part spent in triton.compile), compile_seconds (the C
     compiler) and load_seconds (loading and resolving objects); spec_objects counts the objects

@@ -21,17 +21,6 @@ using OK = ir::Operand::Kind;
 
 uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
 
-// What a patch cannot rewrite in a kernel's node, or "". Scratch memory is sized by the grid: the
-// capture's serves a node whose grid stays (`grid_changes` false).
-std::string unpatchable(const ir::Kernel& k, bool grid_changes) {
-  if (grid_changes && (k.global_scratch > 0 || k.profile_scratch > 0)) return "scratch memory sized by its grid";
-  if (!k.tma.empty()) return "tensor descriptors";
-  if (k.num_ctas != 1) return "clusters";
-  if (k.cooperative) return "a cooperative launch";
-  if (k.launch_pdl) return "a programmatic dependent launch";
-  return "";
-}
-
 // The symbols computed from scalar leaves: {id, float?} -> the leaf.
 using ScalarSyms = std::map<std::pair<int64_t, bool>, int64_t>;
 
@@ -46,6 +35,17 @@ int64_t first_leaf(const ScalarSyms& from, const std::vector<ir::Operand>& ops) 
 }
 
 }  // namespace
+
+// What a patch cannot rewrite in a kernel's node, or "". Scratch memory is sized by the grid: the
+// capture's serves a node whose grid stays (`grid_changes` false).
+std::string unpatchable(const ir::Kernel& k, bool grid_changes) {
+  if (grid_changes && (k.global_scratch > 0 || k.profile_scratch > 0)) return "scratch memory sized by its grid";
+  if (!k.tma.empty()) return "tensor descriptors";
+  if (k.num_ctas != 1) return "clusters";
+  if (k.cooperative) return "a cooperative launch";
+  if (k.launch_pdl) return "a programmatic dependent launch";
+  return "";
+}
 
 std::string ScalarPatch::keyed_by(const ir::Spec& s) {
   ScalarSyms from;  // followed through arithmetic
@@ -100,15 +100,87 @@ void ScalarPatch::record_call(int32_t site, const AtenSite& s, const trd_frame& 
   events_.push_back(std::move(e));
 }
 
-void ScalarPatch::record_launch(int32_t site, const c10::SmallVector<uint64_t, 16>& slots, const uint32_t* grid,
-                                CUstream stream) {
+void ScalarPatch::record_launch(int32_t site, const KernelInfo& k, const c10::SmallVector<uint64_t, 16>& slots,
+                                const uint32_t* grid, CUstream stream) {
   Event e;
   e.site = site;
   e.launch = true;
   e.node = stream ? cuda::last_captured_node(stream) : nullptr;
+  e.kernel = &k;
+  e.device = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
   std::copy(grid, grid + 3, e.grid);
   e.slots = slots;
   events_.push_back(std::move(e));
+}
+
+void ScalarPatch::finish(CUgraphExec exec, const std::vector<DirectResult>& direct,
+                         const std::vector<std::pair<int32_t, at::Tensor>>& captured) {
+  exec_ = exec;
+  for (const DirectResult& d : direct) {
+    auto out = std::find_if(captured.begin(), captured.end(), [&](const auto& o) { return o.first == d.slot; });
+    if (out == captured.end()) continue;
+    const at::Tensor& t = out->second;
+    if (!t.defined() || !t.is_cuda() || t.numel() == 0 || !t.is_non_overlapping_and_dense()) continue;
+    Direct r;
+    r.want = address(t);
+    Result* made = nullptr;  // the allocation site's recorded result
+    for (size_t i = 0; i < events_.size(); ++i) {
+      Event& e = events_[i];
+      if (!e.launch && e.site == d.alloc_site && e.results.size() == 1) made = &e.results[0];
+      for (const DirectResult::Use& u : d.uses)
+        if (e.launch && e.site == u.site && u.param < e.slots.size())
+          r.uses.push_back({i, u.param, e.slots[u.param] - r.want});
+    }
+    // Every use in the record, and the allocation's result this tensor (nothing else the record holds).
+    if (!made || address(made->t) != r.want || r.uses.size() != d.uses.size()) continue;
+    made->direct = static_cast<int32_t>(direct_.size());
+    direct_.push_back(std::move(r));
+    direct_slots_.push_back(d.slot);
+  }
+}
+
+int64_t ScalarPatch::point_results(std::string* why) {
+  int64_t set = 0;
+  c10::SmallVector<size_t, 8> changed;  // events whose slots now differ from their node's
+  for (const Direct& d : direct_)
+    for (const Direct::Use& u : d.uses) {
+      Event& e = events_[u.event];
+      const uint64_t v = d.want + u.delta;
+      if (!e.node || e.slots[u.param] == v) continue;
+      e.slots[u.param] = v;
+      if (std::find(changed.begin(), changed.end(), u.event) == changed.end()) changed.push_back(u.event);
+    }
+  for (size_t i : changed) {
+    Event& e = events_[i];
+    const uint32_t grid[3] = {e.grid[0], e.grid[1], e.grid[2]};
+    if (!set_node(e, grid, c10::SmallVector<uint64_t, 16>(e.slots))) {
+      *why = refusal_;
+      refusal_.clear();
+      return -1;
+    }
+    ++set;
+  }
+  return set;
+}
+
+bool ScalarPatch::set_node(Event& e, const uint32_t* grid, const c10::SmallVector<uint64_t, 16>& slots) {
+  const ir::Kernel& decl = e.kernel->decl();
+  c10::SmallVector<void*, 18> ptrs;
+  for (const uint64_t& s : slots) ptrs.push_back(const_cast<uint64_t*>(&s));
+  CUDA_KERNEL_NODE_PARAMS p{};
+  p.func = static_cast<CUfunction>(e.kernel->function(e.device));
+  p.gridDimX = grid[0], p.gridDimY = grid[1], p.gridDimZ = grid[2];
+  p.blockDimX = 32 * decl.num_warps, p.blockDimY = 1, p.blockDimZ = 1;
+  p.sharedMemBytes = decl.shared;
+  p.kernelParams = ptrs.data();
+  if (cuda::driver().GraphExecKernelNodeSetParams(exec_, e.node, &p) != CUDA_SUCCESS) {
+    cuda::clear_runtime_error();
+    return refuse("the driver refused to rewrite Triton kernel " + decl.name + "'s node");
+  }
+  std::copy(grid, grid + 3, e.grid);
+  e.slots.assign(slots.begin(), slots.end());
+  ++nodes_set_;
+  return true;
 }
 
 void ScalarPatch::begin() {
@@ -142,6 +214,10 @@ bool ScalarPatch::patch_call(int32_t site, const AtenSite& s, trd_frame& f, cons
       const uint64_t at = address(*f.args[res.leaf]) + res.delta;
       if (address(res.t) != at) res.t = tensor_over(res.t, at);
     }
+    if (res.direct >= 0) {  // a direct result: where the replay's tensor is (never dereferenced here)
+      const uint64_t at = direct_[res.direct].want;
+      if (address(res.t) != at) res.t = tensor_over(res.t, at);
+    }
     f.slots[s.result_slots[r]] = res.t;
   }
   return true;
@@ -162,22 +238,7 @@ bool ScalarPatch::patch_launch(int32_t site, const LaunchSite& s, const KernelIn
   if (!e->node) return refuse(kernel + " launched nothing at the capture (an empty grid) or its node was not found");
   if (static_cast<uint64_t>(grid[0]) * grid[1] * grid[2] == 0) return refuse(kernel + "'s grid is empty for these values");
   if (std::string no = unpatchable(decl, !same_grid); !no.empty()) return refuse(kernel + " has " + no);
-  int device = a.device;
-  if (device < 0) device = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
-  CUDA_KERNEL_NODE_PARAMS p{};
-  p.func = static_cast<CUfunction>(k.function(device));
-  p.gridDimX = grid[0], p.gridDimY = grid[1], p.gridDimZ = grid[2];
-  p.blockDimX = 32 * decl.num_warps, p.blockDimY = 1, p.blockDimZ = 1;
-  p.sharedMemBytes = decl.shared;
-  p.kernelParams = a.ptrs.data();
-  if (cuda::driver().GraphExecKernelNodeSetParams(exec_, e->node, &p) != CUDA_SUCCESS) {
-    cuda::clear_runtime_error();
-    return refuse("the driver refused to rewrite " + kernel + "'s node");
-  }
-  std::copy(grid, grid + 3, e->grid);
-  e->slots.assign(a.slots.begin(), a.slots.end());
-  ++nodes_set_;
-  return true;
+  return set_node(*e, grid, a.slots);
 }
 
 }  // namespace trident::runtime

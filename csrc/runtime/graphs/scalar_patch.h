@@ -29,6 +29,12 @@
 //     the capture's words, undoing earlier patches of their scalars: after one, a graph patched
 //     before is patched again (spec_graphs.cpp); the nodes the rebind rewrote then differ from the
 //     recorded words in an address, so the patch finds them.
+//   - Direct results (direct_results.h). The same record serves a graph whose result is written by
+//     its launches straight into the tensor each replay returns: point_results() rewrites those
+//     launches' nodes (their slots for that result) where the tensor lies elsewhere than they write,
+//     and in a patch run the result's allocation site gives a tensor where the replay's is, so the
+//     launches the patch computes write there too. Such a graph has a record even without scalars:
+//     a rebind undoes these rewrites as it undoes a patch, and the patch run after it redoes them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,6 +45,7 @@
 #include <vector>
 
 #include "ir/ir.h"
+#include "runtime/graphs/direct_results.h"
 #include "runtime/module/frame.h"
 
 // The driver's handles as cuda.h declares them (cuda.h is the runtime's own include; the bindings
@@ -53,6 +60,11 @@ struct AtenSite;
 struct LaunchSite;
 class KernelInfo;
 
+// What a patch cannot rewrite in a node of kernel `k`, or "": tensor descriptors, clusters,
+// cooperative or programmatic dependent launches; and, where the grid changes (`grid_changes`),
+// scratch memory, which is sized by the grid (the capture's serves a node whose grid stays).
+std::string unpatchable(const ir::Kernel& k, bool grid_changes);
+
 class ScalarPatch {
  public:
   // Why spec `s`'s graphs must be keyed by its scalar leaves' values: the first ATen call, or
@@ -62,12 +74,18 @@ class ScalarPatch {
   // Records from its making until finish(), then patches.
   bool patching() const { return exec_ != nullptr; }
 
-  // Record mode (the capture run), after the site ran: `f` holds its results; a launch's parameter
-  // slots (scratch pointers included) and `stream`, where it was captured (null: launched nothing).
+  // Record mode (the capture run), after the site ran: `f` holds its results; a launch's kernel
+  // (launched on the current device, as every tensor of a graph's call is), parameter slots (scratch
+  // pointers included) and `stream`, where it was captured (null: launched nothing).
   void record_call(int32_t site, const AtenSite& s, const trd_frame& f, const int64_t* dyn);
-  void record_launch(int32_t site, const c10::SmallVector<uint64_t, 16>& slots, const uint32_t* grid, CUstream stream);
-  // Capture ended: patches may now run against `exec`.
-  void finish(CUgraphExec exec) { exec_ = exec; }
+  void record_launch(int32_t site, const KernelInfo& k, const c10::SmallVector<uint64_t, 16>& slots,
+                     const uint32_t* grid, CUstream stream);
+  // Capture ended: patches may now run against `exec`. `direct`: the results the graph writes
+  // straight into a replay's tensors (direct_results.h), with the graph's own tensor of each
+  // (`captured`, where the capture's launches wrote it); a result whose launches are not in the
+  // record, or that is not dense, is left out (direct_slot() says which are in).
+  void finish(CUgraphExec exec, const std::vector<DirectResult>& direct = {},
+              const std::vector<std::pair<int32_t, at::Tensor>>& captured = {});
 
   // Patch mode. begin before the run; each site then takes its turn instead of running; false
   // refuses the patch with refusal() set.
@@ -81,11 +99,20 @@ class ScalarPatch {
   const std::string& refusal() const { return refusal_; }
   int64_t nodes_set() const { return nodes_set_; }  // by the last patch
 
+  // Direct results, in finish()'s order: their slots. want(i, address) says where a replay's tensor
+  // for the i-th is; a patch run then computes the launches' pointers at it (its allocation site
+  // gives a tensor there), and point_results() rewrites the nodes that still write elsewhere: the
+  // number of nodes, or -1 with the driver's refusal in *why (the graph is then half written).
+  const std::vector<int32_t>& direct_slots() const { return direct_slots_; }
+  void want(size_t i, uint64_t address) { direct_[i].want = address; }
+  int64_t point_results(std::string* why);
+
  private:
   struct Result {
     at::Tensor t;            // non-owning, at the address the graph's nodes hold
     int32_t leaf = -1;       // >= 0: over argument leaf `leaf`'s memory, `delta` bytes from its data
     uint64_t delta = 0;
+    int32_t direct = -1;     // >= 0: direct result direct_[direct]: given at its `want` in a patch
   };
   struct Event {
     int32_t site = -1;
@@ -93,16 +120,32 @@ class ScalarPatch {
     c10::SmallVector<int64_t, 8> dyn;                // ATen: the dyn values it took
     std::vector<Result> results;                     // ATen: per result slot
     CUgraphNode node = nullptr;                      // launch: its node (null: launched nothing)
+    const KernelInfo* kernel = nullptr;              // launch: its kernel (the spec's, which outlives the graph)
+    int device = -1;
     uint32_t grid[3] = {0, 0, 0};                    // launch: what the node holds now
     c10::SmallVector<uint64_t, 16> slots;            // launch: its parameter slots now
   };
+  struct Direct {
+    uint64_t want = 0;  // where the replay's tensor is
+    struct Use {
+      size_t event;
+      uint32_t param;
+      uint64_t delta;  // the pointer minus the tensor's address
+    };
+    c10::SmallVector<Use, 4> uses;
+  };
   Event* next(int32_t site, bool launch);
+  // Rewrites e's node to launch its kernel over `grid` with parameter slots `slots` (scratch last);
+  // false with the refusal set.
+  bool set_node(Event& e, const uint32_t* grid, const c10::SmallVector<uint64_t, 16>& slots);
 
   CUgraphExec exec_ = nullptr;  // set by finish()
   std::vector<Event> events_;
   size_t at_ = 0;
   std::string refusal_;
   int64_t nodes_set_ = 0;
+  std::vector<Direct> direct_;
+  std::vector<int32_t> direct_slots_;
 };
 
 }  // namespace trident::runtime

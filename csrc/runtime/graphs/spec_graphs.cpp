@@ -108,7 +108,11 @@ struct SpecGraphs::Graph {
   // may differ; the scalars the nodes hold now, and whether a patch has rewritten any node.
   std::unique_ptr<ScalarPatch> patch;
   c10::SmallVector<int64_t, 8> scalars;
-  bool patched = false;
+  bool patched = false;  // a patch or a direct result's pointing has rewritten a node
+
+  const at::Tensor& output(int32_t slot) const {
+    return std::find_if(outputs.begin(), outputs.end(), [&](const auto& o) { return o.first == slot; })->second;
+  }
 
   ~Graph() {
     patch.reset();  // its tensors own nothing; before the pool goes
@@ -130,8 +134,12 @@ int64_t SpecGraphs::byte_limit() {
   return bytes;
 }
 
-SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed)
+bool SpecGraphs::direct_results_on() { return env_switch_set("TRIDENT_GRAPH_DIRECT_RESULTS"); }
+
+SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed,
+                       std::vector<DirectResult> direct)
     : writes_(std::move(writes)), result_kind_(result_kind), scalars_keyed_(std::move(scalars_keyed)) {
+  if (direct_results_on()) direct_ = std::move(direct);
   if (!graph_off.empty()) stop(graph_off);
 }
 SpecGraphs::~SpecGraphs() = default;
@@ -145,6 +153,7 @@ GraphStats SpecGraphs::stats() const {
   s.patches = patches_;
   s.scalar_patches = scalar_patches_;
   s.patched_nodes = patched_nodes_;
+  s.result_nodes = result_nodes_;
   return s;
 }
 
@@ -247,9 +256,25 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, const Keyed& k, trd_fram
     ++patches_;
     rebound = true;
   }
+  // Results the graph writes directly: their tensors first, so that a patch computes its launches'
+  // pointers at them; then the nodes still writing elsewhere are pointed there.
+  const std::vector<int32_t> no_direct;
+  const std::vector<int32_t>& direct = g.patch ? g.patch->direct_slots() : no_direct;
+  c10::SmallVector<at::Tensor, 4> direct_out;
+  for (size_t i = 0; i < direct.size(); ++i) {
+    direct_out.push_back(result(c, direct[i], g.output(direct[i])));
+    g.patch->want(i, reinterpret_cast<uint64_t>(direct_out.back().data_ptr()));
+  }
   if (k.scalars != g.scalars || (rebound && g.patched)) {
     *patch_why = patch(g, c, k, want, f, refused);
     if (!patch_why->empty()) return {};
+  }
+  if (!direct.empty()) {
+    std::string why;
+    const int64_t n = g.patch->point_results(&why);
+    if (n < 0) return "pointing a graph's kernels at a fresh result: " + why;
+    if (n > 0) g.patched = true, result_nodes_ += n;
+    for (size_t i = 0; i < direct.size(); ++i) f.slots[direct[i]] = std::move(direct_out[i]);
   }
   CUcontext ctx = nullptr;
   for (ResultCopy& oc : g.copies) {
@@ -387,12 +412,12 @@ bool SpecGraphs::should_capture(const Keyed& k) {
 
 namespace {
 
-// Runs the program under stream capture on `side`, then copies each dense result into a buffer of
-// the capture's own (the copy nodes a replay points at its fresh tensors: `targets`, per result
-// slot, an undefined tensor where there is none); the graph in *graph, or the error.
+// Runs the program under stream capture on `side`, then copies each dense result but the direct
+// ones into a buffer of the capture's own (the copy nodes a replay points at its fresh tensors:
+// `targets`, per result slot); the graph in *graph, or the error.
 std::string run_captured(const LoadedModule& mod, int32_t spec, trd_frame& f, const trd_leaf* leaves,
                          int64_t* out_ints, int device, CUstream side, CUgraph* graph,
-                         std::vector<std::pair<int32_t, at::Tensor>>* targets) {
+                         std::vector<std::pair<int32_t, at::Tensor>>* targets, const std::vector<DirectResult>& direct) {
   const auto& d = cuda::driver();
   bool ran = false;
   CUresult began, ended = CUDA_SUCCESS, copied = CUDA_SUCCESS;
@@ -406,6 +431,7 @@ std::string run_captured(const LoadedModule& mod, int32_t spec, trd_frame& f, co
       for (int32_t s = 0; ran && copied == CUDA_SUCCESS && s < mod.num_slots(spec); ++s) {
         const at::Tensor& t = f.slots[s];
         if (!t.defined() || !t.is_cuda() || t.numel() == 0 || !t.is_non_overlapping_and_dense()) continue;
+        if (std::any_of(direct.begin(), direct.end(), [&](const DirectResult& d) { return d.slot == s; })) continue;
         at::Tensor to = at::empty_strided(t.sizes(), t.strides(), t.options());
         copied = d.MemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(to.data_ptr()),
                                    reinterpret_cast<CUdeviceptr>(t.data_ptr()), dense_bytes(t), side);
@@ -457,12 +483,13 @@ void discard(CUgraph* graph, trd_frame& f) {
 
 // Runs the program under capture with each rebindable argument (`movable`: the bound leaves, then
 // the copied ones, whose tensors in `args` are the graph's buffers) moved by `times` times its
-// shift (graph_rebind.h), the other arguments as `args` has them; the graph in *out, or the error.
-// The frame's slots are emptied after.
+// shift (graph_rebind.h), the other arguments as `args` has them, its results copied out as the
+// first capture's (no copy node for a `direct` one: the plan compares the captures node by node);
+// the graph in *out, or the error. The frame's slots are emptied after.
 std::string capture_moved(const LoadedModule& mod, int32_t spec, const SpecGraphs::Call& c, const SpecGraphs::Keyed& k,
                           const c10::SmallVector<const at::Tensor*, 32>& args,
                           const c10::SmallVector<int32_t, 32>& movable, uint64_t times, trd_frame& f, CUstream side,
-                          int32_t nout_ints, CUgraph* out) {
+                          int32_t nout_ints, const std::vector<DirectResult>& direct, CUgraph* out) {
   c10::SmallVector<trd_leaf, 32> leaves(c.leaves, c.leaves + c.nleaves);
   std::vector<at::Tensor> fakes;
   fakes.reserve(movable.size());
@@ -480,7 +507,7 @@ std::string capture_moved(const LoadedModule& mod, int32_t spec, const SpecGraph
   f.args = moved.data();
   c10::SmallVector<int64_t, 16> ints(static_cast<size_t>(std::max(nout_ints, 1)));  // discarded
   std::vector<std::pair<int32_t, at::Tensor>> targets;  // discarded with the graph's other memory
-  const std::string why = run_captured(mod, spec, f, leaves.data(), ints.data(), k.device, side, out, &targets);
+  const std::string why = run_captured(mod, spec, f, leaves.data(), ints.data(), k.device, side, out, &targets, direct);
   for (int32_t s = 0; s < mod.num_slots(spec); ++s) f.slots[s].reset();
   f.args = before;
   return why;
@@ -516,13 +543,14 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   const bool caller_keeps = f.keeps_buffers;
   f.args = args.data();
   f.keeps_buffers = false;  // module-kept buffers are memory other runs use: the graph's are its pool's
-  // Scalars that may differ from call to call: the capture run records its sites for patches.
-  if (scalars_keyed_.empty() && !k.scalars.empty()) g->patch = std::make_unique<ScalarPatch>();
+  // Scalars that may differ from call to call, or results written directly: the capture run records
+  // its sites for patches and pointings.
+  if ((scalars_keyed_.empty() && !k.scalars.empty()) || !direct_.empty()) g->patch = std::make_unique<ScalarPatch>();
   g->scalars = k.scalars;
   f.patch = g->patch.get();
   CUgraph graph = nullptr;
   std::vector<std::pair<int32_t, at::Tensor>> targets;
-  std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph, &targets);
+  std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph, &targets, direct_);
   f.patch = nullptr;
   const int32_t nslots = mod.num_slots(spec);
   for (int32_t s = 0; s < nslots; ++s)
@@ -546,7 +574,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
         moved_args.push_back({reinterpret_cast<uint64_t>(buf.data_ptr()), extent_bytes(buf), shift_of(moved_args.size())});
       for (uint64_t times = 1; times <= 2 && bind_why.empty(); ++times) {
         CUgraph& m = moved[times - 1];
-        if (std::string no = capture_moved(mod, spec, c, k, args, movable, times, f, side, nout_ints, &m); !no.empty()) {
+        if (std::string no = capture_moved(mod, spec, c, k, args, movable, times, f, side, nout_ints, direct_, &m); !no.empty()) {
           bind_why = "the program with its arguments moved: " + no;
           discard(&m, f);
         }
@@ -600,7 +628,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
                                           : SIZE_MAX);
     }
   }
-  if (why.empty() && g->patch) g->patch->finish(g->exec);
+  if (why.empty() && g->patch) g->patch->finish(g->exec, direct_, g->outputs);
   if (g->rebind || !g->copies.empty() || g->patch) g->graph = graph;  // the plan, copies and patches name its nodes
   else if (graph) cuda::driver().GraphDestroy(graph);
   graph = nullptr;

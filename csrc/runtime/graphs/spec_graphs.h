@@ -52,10 +52,13 @@
 //     is copied by a copy node the capture appended to the graph, its destination pointed at the
 //     fresh tensor before the launch where that tensor is not where the node copies already (no
 //     copy issued by the host; the capture's own destinations, a second copy of each result in the
-//     graph's pool, are held while the graph lives); any other by ATen after the launch. Integer
-//     results are the capture run's, or the last scalar patch's, which computes them. A program whose results share memory with an argument, module
-//     state or each other is not replayed (its results could not be copied faithfully): graphs
-//     stop for the spec, with the reason.
+//     graph's pool, are held while the graph lives); any other by ATen after the launch. A result
+//     only Triton launches touch (direct_results.h) is instead written by those launches straight
+//     into the fresh tensor, their nodes pointed at it before the launch where it lies elsewhere
+//     than they write: no copy node (under TRIDENT_GRAPH_DIRECT_RESULTS=1). Integer results are
+//     the capture run's, or the last scalar patch's, which computes them. A program whose results
+//     share memory with an argument, module state or each other is not replayed (its results could
+//     not be copied faithfully): graphs stop for the spec, with the reason.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -69,6 +72,7 @@
 #include <vector>
 
 #include "abi/trident_abi.h"
+#include "runtime/graphs/direct_results.h"
 #include "runtime/memory/buffer_reuse.h"
 #include "runtime/memory/private_pool.h"
 #include "runtime/module/frame.h"
@@ -85,6 +89,7 @@ bool in_graph_capture();
 struct GraphStats {
   int64_t graphs = 0, captures = 0, replays = 0, rebinds = 0, patches = 0;
   int64_t scalar_patches = 0, patched_nodes = 0;  // replays patched for new scalars; nodes they rewrote
+  int64_t result_nodes = 0;  // nodes pointed at a replay's result tensor (direct results)
 };
 
 // One spec's graphs. Used under the module's run lock (the bindings' run_spec).
@@ -119,8 +124,14 @@ class SpecGraphs {
 
   // writes: the spec's `writes`; graph_off: its `graph off` reason (nonempty: graphs never start);
   // result_kind: the reuse kind (buffer_reuse.h) of its results' sites under Call::recycle;
-  // scalars_keyed: why its graphs are keyed by its scalars (ScalarPatch::keyed_by), or "".
-  SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed);
+  // scalars_keyed: why its graphs are keyed by its scalars (ScalarPatch::keyed_by), or "";
+  // direct: the results its graphs may write straight into a replay's tensors (direct_results.h),
+  // used where direct_results_on().
+  SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed,
+             std::vector<DirectResult> direct = {});
+  // TRIDENT_GRAPH_DIRECT_RESULTS=1, read as each specialization loads (off by default until it has
+  // run on a GPU).
+  static bool direct_results_on();
   ~SpecGraphs();
   SpecGraphs(const SpecGraphs&) = delete;
   SpecGraphs& operator=(const SpecGraphs&) = delete;
@@ -189,6 +200,7 @@ class SpecGraphs {
 
   std::vector<int32_t> writes_;
   int32_t result_kind_;
+  std::vector<DirectResult> direct_;  // empty unless direct_results_on()
   // Per result slot, its allocation site in the module's pool (Call::recycle). Node-based: the pool
   // holds pointers to sites, so they never move; they live as long as the spec, beyond any graph.
   std::unordered_map<int32_t, ReusePool::Site> result_sites_;
@@ -197,6 +209,7 @@ class SpecGraphs {
   bool stopped_ = false;
   std::string why_, bind_why_, scalars_keyed_;
   int64_t captures_ = 0, replays_ = 0, rebinds_ = 0, patches_ = 0, scalar_patches_ = 0, patched_nodes_ = 0;
+  int64_t result_nodes_ = 0;
   std::vector<Recapture> recaptures_;  // at most kRecaptureKinds kinds
 };
 

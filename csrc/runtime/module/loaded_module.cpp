@@ -67,6 +67,7 @@ GraphStats LoadedModule::graph_stats() const {
     g.patches += s.patches;
     g.scalar_patches += s.scalar_patches;
     g.patched_nodes += s.patched_nodes;
+    g.result_nodes += s.result_nodes;
   }
   return g;
 }

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include "ir/text.h"
+#include "runtime/graphs/direct_results.h"
 #include "runtime/graphs/scalar_patch.h"
 #include "runtime/replay/op_replay.h"
 
@@ -36,8 +37,9 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
                           std::to_string(text.sites.size()) + " and " + std::to_string(text.kernels.size()));
   for (const auto& kernel : text.kernels)
     spec->kernels_.push_back(std::make_unique<KernelInfo>(ir::parse_kernel(kernel)));
+  std::vector<ir::Instr> site_instrs;
   for (size_t k = 0; k < text.sites.size(); ++k) {
-    ir::Instr in = ir::parse_instr(text.sites[k]);
+    const ir::Instr& in = site_instrs.emplace_back(ir::parse_instr(text.sites[k]));
     if (in.kind == ir::Instr::Kind::Launch) {
       TRD_INTERNAL_ASSERT(in.a >= 0 && in.a < static_cast<int64_t>(spec->kernels_.size()),
                           "site " + std::to_string(k) + " launches an undeclared kernel");
@@ -67,7 +69,10 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
           reuse.kinds.emplace(reuse_signature(site), static_cast<int32_t>(reuse.kinds.size())).first->second;
   // A graph's results share one reuse kind: their keys hold all of a result's metadata.
   const int32_t result_kind = reuse.kinds.emplace("graph result", static_cast<int32_t>(reuse.kinds.size())).first->second;
-  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, graph_off, result_kind, ScalarPatch::keyed_by(ir));
+  std::vector<ir::Kernel> kernel_decls;
+  for (const auto& k : spec->kernels_) kernel_decls.push_back(k->decl());
+  spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, graph_off, result_kind, ScalarPatch::keyed_by(ir),
+                                               direct_results(site_instrs, kernel_decls, spec->output_));
   return spec;
 }
 

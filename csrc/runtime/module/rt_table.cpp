@@ -55,7 +55,7 @@ int rt_launch(trd_frame* f, int32_t site, const uint32_t* grid, const int64_t* d
     }
     c10::SmallVector<uint64_t, 16> slots;
     void* stream = s.launch(*f, k, grid, dyn, &slots);
-    f->patch->record_launch(site, slots, grid, static_cast<CUstream>(stream));
+    f->patch->record_launch(site, k, slots, grid, static_cast<CUstream>(stream));
     return 0;
   } catch (const c10::Error& e) {
     f->error = "Triton kernel " + s.name + ": " + e.what_without_backtrace();

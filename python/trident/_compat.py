@@ -357,6 +357,39 @@ def _install_mutation_cache() -> bool:
     return True
 
 
+def _install_guard_paths_fix() -> bool:
+    """torch.export's unlifted module (what run_decompositions retraces) checks the export's guards
+    in generated code, made by replacing each input's path in the guard text with `args[i]`, in input
+    order. Where one path is a prefix of another (transformers' sliding-window StaticCache layer
+    holds a tensor `cumulative_length` and an int `cumulative_length_int`), the shorter replaces part
+    of the longer ("args[6]_int") and the code is a SyntaxError: every Mistral, Gemma 2/3 or other
+    sliding-window model with a StaticCache failed to capture. The paths are replaced here first,
+    longest first, by tokens no path or token is a prefix of; torch's own replacement then maps each
+    token to its `args[i]` (the guards' error text names the token instead of the path)."""
+    try:
+        from torch.export import _unlift
+        orig = _unlift._convert_guards_code_to_fn
+    except (ImportError, AttributeError):
+        return False
+    if getattr(orig, "_trident_fix", False):
+        return True
+
+    def _convert_guards_code_to_fn(guards_code, paths_of_placeholders, *rest, **kwargs):
+        texts = ["L" + pytree.keystr(p) for p in paths_of_placeholders]
+        if not any(a != b and b.startswith(a) for a in texts for b in texts):
+            return orig(guards_code, paths_of_placeholders, *rest, **kwargs)
+        tokens = [f"__trident_input_{i}__" for i in range(len(texts))]
+        code = list(guards_code)
+        for i in sorted(range(len(texts)), key=lambda i: -len(texts[i])):
+            code = [c.replace(texts[i], f"L['{tokens[i]}']") for c in code]
+        paths = [(pytree.MappingKey(t),) for t in tokens]
+        return orig(code, paths, *rest, **kwargs)
+
+    _convert_guards_code_to_fn._trident_fix = True
+    _unlift._convert_guards_code_to_fn = _convert_guards_code_to_fn
+    return True
+
+
 def _symint_positions(key):
     """For an indexing key (a Dynamo VariableTracker) of basic indexing (ints, slices, None; no
     Ellipsis) with symbolic ints among its items (`cache[:, :, pos]`, `pos` kept symbolic): the key
@@ -852,7 +885,8 @@ def capturing():
     """What trident changes in torch while it captures (export, or the backend's AOT trace), and
     only then: no real-value copies of lifted tensors, scalar-correct Triton mutation analysis,
     symbolic int indices, Triton launches with num_ctas or defaulted constexprs, its mutation
-    analysis kept per kernel and arguments, (during
+    analysis kept per kernel and arguments, export's guard code where input paths share a prefix
+    (installed for good: it changes only code that did not compile), (during
     export_program) a record of the graphs Dynamo installs as globals, and libraries' eager
     branches where they ask whether they are traced (library_traces.py)."""
     from .library_traces import eager_decisions
@@ -864,6 +898,7 @@ def capturing():
         _install_descriptor_writes()
         _install_mutation_cache()
         _install_tensor_branches()
+        _install_guard_paths_fix()
         _install_global_recorder()
     prev = getattr(_capture, "active", False)
     _capture.active = True

@@ -26,6 +26,8 @@ def _config(name: str):
         return transformers.LlamaConfig(**_COMMON), transformers.LlamaForCausalLM
     if name == "qwen3":
         return transformers.Qwen3Config(**_COMMON, head_dim=8), transformers.Qwen3ForCausalLM
+    if name == "mistral":  # sliding-window attention: its StaticCache layers are sliding-window layers
+        return transformers.MistralConfig(**_COMMON, sliding_window=16), transformers.MistralForCausalLM
     if name == "qwen3_moe":
         return transformers.Qwen3MoeConfig(**_COMMON, head_dim=8, num_experts=4, num_experts_per_tok=2,
                                            moe_intermediate_size=16, decoder_sparse_step=1), \
@@ -62,7 +64,7 @@ def _layer_tensors(cache) -> list:
 
 
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
-@pytest.mark.parametrize("name", ["llama", "qwen3", "deepseek_v2", "qwen3_moe", "mixtral"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "mistral", "deepseek_v2", "qwen3_moe", "mixtral"])
 def test_a_decode_step_over_transformers_cache_runs_natively(name, kind):
     model = _model(name)
     cfg = model.config
@@ -84,15 +86,44 @@ def test_a_decode_step_over_transformers_cache_runs_natively(name, kind):
     for a, b in zip(_layer_tensors(mine), _layer_tensors(theirs)):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    if kind == "static":
-        assert mine.layers[0].keys.shape[2] == 32
+    if kind == "static":  # max_cache_len, or a sliding-window layer's window
+        assert mine.layers[0].keys.shape[2] == (16 if name == "mistral" else 32)
     else:
         assert mine.layers[0].keys.shape[2] == 5 + steps - 1
     c = trident.counters(fast)
-    # prefill, then decode (a DynamicCache's first decode step, then its growing length symbolic)
+    # prefill, then decode (a DynamicCache's first decode step, then its growing length symbolic; so
+    # does a sliding-window StaticCache layer, which counts its length in a Python int)
     assert c["fallbacks"] == 0
-    assert c["specializations"] == (2 if kind == "static" else 3), c
+    assert c["specializations"] == (2 if kind == "static" and name != "mistral" else 3), c
     assert c["hits"] == steps - c["specializations"]
+
+
+def test_a_sliding_window_static_cache_decodes_past_its_window():
+    """A sliding-window StaticCache layer holds its length as a tensor `cumulative_length` and an
+    int `cumulative_length_int`: export's guard code confused the two paths (a SyntaxError, so every
+    call ran eagerly) until _compat._install_guard_paths_fix. Past the window the layer rolls its
+    keys: another branch of its update, another specialization."""
+    model = _model("mistral")
+    cfg = model.config
+
+    def step(ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    fast = trident.compile(step)
+    mine, theirs = _new_cache("static", cfg), _new_cache("static", cfg)
+    ids = torch.randint(1, cfg.vocab_size, (1, 5), generator=torch.Generator().manual_seed(2))
+    steps = 30  # 5 prompt tokens and 29 more: past the window of 16
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for i in range(steps):
+            want, got = step(ids, theirs), fast(ids, mine)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=f"step {i}")
+            ids = want[:, -1:].argmax(-1)
+    for a, b in zip(_layer_tensors(mine), _layer_tensors(theirs)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    c = trident.counters(fast)
+    assert c["fallbacks"] == 0 and c["split_calls"] == 0, c
+    assert c["specializations"] <= 5 and c["hits"] == steps - c["specializations"], c
 
 
 @pytest.mark.parametrize("impl", [None, "static"])

@@ -52,6 +52,10 @@ struct Operand {
   std::string s;          // Str
   std::vector<Operand> items;
   std::vector<std::string> keys;  // Dict, Object and Update attribute names, parallel to items
+  // Dict and Update of a dict: per key, whether it is an int (its decimal text in `keys`; written
+  // bare, `{0: v}`) rather than a str. Empty: every key a str.
+  std::vector<bool> int_keys;
+  bool int_key(size_t k) const { return k < int_keys.size() && int_keys[k]; }
 
   static Operand none() { return {}; }
   static Operand integer(int64_t v) { Operand o; o.kind = Kind::Int; o.i = v; return o; }

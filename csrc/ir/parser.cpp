@@ -141,11 +141,18 @@ int64_t enum_literal(Lexer& lx) {
 
 Operand operand(Lexer& lx);
 
-// {"name": operand, ...} into o.keys / o.items.
+// {"name": operand, 3: operand, ...} into o.keys / o.items (an int key marked in o.int_keys).
 void named_items(Lexer& lx, Operand& o) {
   lx.expect("{");
   while (!lx.accept("}")) {
-    o.keys.push_back(lx.string());
+    const char c = lx.peek();
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      o.int_keys.resize(o.keys.size() + 1, false);
+      o.int_keys.back() = true;
+      o.keys.push_back(std::to_string(lx.integer()));
+    } else {
+      o.keys.push_back(lx.string());
+    }
     lx.expect(":");
     o.items.push_back(operand(lx));
     if (!lx.accept(",")) { lx.expect("}"); break; }

@@ -109,7 +109,7 @@ std::string print_operand(const Operand& o) {
       s += "{";
       for (size_t k = 0; k < o.items.size(); ++k) {
         if (k) s += ", ";
-        s += quote(o.keys[k]) + ": " + print_operand(o.items[k]);
+        s += (o.int_key(k) ? o.keys[k] : quote(o.keys[k])) + ": " + print_operand(o.items[k]);
       }
       return s + "}";
     }

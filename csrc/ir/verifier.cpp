@@ -38,6 +38,8 @@ struct Checker {
     } else if ((o.kind == K::Dict || (o.kind == K::Object && o.j != 2) || (o.kind == K::Update && o.j != 1)) &&
                o.keys.size() != o.items.size()) {
       fail("dict, object or update with mismatched names and items", &in);
+    } else if (!o.int_keys.empty() && (o.kind == K::Object || o.int_keys.size() > o.keys.size())) {
+      fail("int keys are dict keys only", &in);
     } else if ((o.kind == K::Node || o.kind == K::PyRef || o.kind == K::Object || o.kind == K::Update ||
                 o.kind == K::Effects) && in.kind != Instr::Kind::Return) {
       fail("node, pyref, object, update and effects are output-tree operands only", &in);

@@ -197,19 +197,32 @@ bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
     Py_ssize_t pos = 0;
     PyObject *key, *value;  // borrowed
     for (bool first = true; PyDict_Next(obj, &pos, &key, &value); first = false) {
-      // Identifier keys only, so that the structure string stays unambiguous; insertion order, as
-      // pytree (and so export) flattens a dict.
+      // Identifier keys, or ints written "#<decimal>" (a layer index: transformers'
+      // EncoderDecoderCache.is_updated), so that the structure string stays unambiguous;
+      // insertion order, as pytree (and so export) flattens a dict.
       const char* name = nullptr;
       Py_ssize_t len = 0;
-      if (!identifier_name(key, &name, &len)) {
-        out.unsupported = "a dict whose keys are not all identifier strings is not supported natively";
+      std::string key_text;
+      if (identifier_name(key, &name, &len)) {
+        key_text.assign(name, static_cast<size_t>(len));
+      } else if (PyLong_CheckExact(key)) {
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(key, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+          PyErr_Clear();
+          out.unsupported = "a dict key that is an int beyond 64 bits is not supported natively";
+          return false;
+        }
+        key_text = "#" + std::to_string(v);
+      } else {
+        out.unsupported = "a dict whose keys are not all identifier strings or ints is not supported natively";
         return false;
       }
       if (!first) out.structure += ',';
-      out.structure.append(name, static_cast<size_t>(len));
+      out.structure += key_text;
       out.structure += '=';
       if (!add(value, out, depth + 1)) {
-        out.where = "['" + std::string(name, static_cast<size_t>(len)) + "']" + out.where;
+        out.where = (key_text[0] == '#' ? "[" + key_text.substr(1) + "]" : "['" + key_text + "']") + out.where;
         return false;
       }
     }

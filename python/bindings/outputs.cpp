@@ -48,13 +48,15 @@ struct Sources {
 
 PyObject* build(const ir::Operand& o, Sources& src);
 
-// Set name: value for each of o's (keys, items) in `dict` (an instance dictionary).
+// Set key: value for each of o's (keys, items) in `dict` (an instance dictionary, a dict, keyword
+// arguments): a str key, or an int where o marks it so.
 bool set_attributes(const ir::Operand& o, PyObject* dict, Sources& src) {
   for (size_t k = 0; k < o.items.size(); ++k) {
     PyObject* item = build(o.items[k], src);
-    PyObject* key = item ? PyUnicode_DecodeUTF8(o.keys[k].data(), static_cast<Py_ssize_t>(o.keys[k].size()),
-                                                "surrogatepass")
-                         : nullptr;  // new ref
+    PyObject* key = !item ? nullptr
+                    : o.int_key(k) ? PyLong_FromString(o.keys[k].c_str(), nullptr, 10)
+                                   : PyUnicode_DecodeUTF8(o.keys[k].data(), static_cast<Py_ssize_t>(o.keys[k].size()),
+                                                          "surrogatepass");  // new ref
     bool ok = key && PyDict_SetItem(dict, key, item) == 0;
     Py_XDECREF(key);
     Py_XDECREF(item);

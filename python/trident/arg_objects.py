@@ -257,12 +257,16 @@ def pre_state(marked_args: tuple, marked_kwargs: dict, order: list) -> list:
     return [made[id(a)] for a in order]
 
 
-def holds_objects(pre: list) -> bool:
-    def any_object(x):
+def holds_mutables(pre: list) -> bool:
+    """Whether the call's arguments hold something a function can change besides tensors' data: an
+    object, a dict or a list (an item set, appended or replaced). Their state after the call is
+    then part of the capture, and what changed is written back (output_trees.py): a flag set in a
+    plain dict argument was lost, silently, before."""
+    def any_mutable(x):
         if isinstance(x, Node):
-            return x.kind in _registered or any(any_object(v) for v in x.items.values())
+            return x.kind is not tuple or any(any_mutable(v) for v in x.items.values())
         return False
-    return any(any_object(p) for p in pre)
+    return any(any_mutable(p) for p in pre)
 
 
 def constant_text(value, quote, dtype_code) -> str:

@@ -956,7 +956,7 @@ class CompiledFunction:
                          for m, v in zip(marks_, values)]
         # numbered in call order (the native flattener's), listed in the wrapper's parameter order
         pre_state = arg_objects.pre_state(margs, mkwargs, list(m_args) + list(m_kwargs.values()))
-        post_state = arg_objects.holds_objects(pre_state)
+        post_state = arg_objects.holds_mutables(pre_state)
         if not post_state:
             pre_state = None
         state_prefix = ""

@@ -547,12 +547,13 @@ def test_regression_keyword_names_keep_structure_unambiguous():
 
 
 def test_regression_dict_keys_keep_structure_unambiguous():
-    """Dict keys must be identifier strings (so ',', '=', '}' never appear in a key); other dicts are
-    not described natively. Keys are in insertion order, as pytree flattens them."""
+    """Dict keys must be identifier strings or ints (#<decimal>), so ',', '=', '}' never appear in a
+    key; other dicts are not described natively. Keys are in insertion order, as pytree flattens them."""
     t = torch.zeros(1)
     assert _C.describe_args({"a": t, "b": (1, {})}, k={"n": None})[0] == "{a=T,b=(i{})};k={n=n}"
     assert _C.describe_args({"b": 1, "a": t})[0] == "{b=i,a=T}"
-    for bad in ({1: t}, {"a,b=T": t}, {"": t}):
+    assert _C.describe_args({1: t, -20: 2, "a": t})[0] == "{#1=T,#-20=i,a=T}"
+    for bad in ({1.0: t}, {True: t}, {"a,b=T": t}, {"": t}):
         assert _C.describe_args(bad)[0] is None
     from collections import OrderedDict
     assert _C.describe_args(OrderedDict(a=t))[0] is None  # a subclass: its own flattening rules

@@ -46,6 +46,10 @@ class Trees:
         self.updates: list[str] = []
         self.node_of: dict[str, int] = {}  # an argument object's post-call text -> its node
 
+    def key(self, k) -> str:
+        """A dict key as output-tree text: a quoted str, or an int written bare."""
+        return str(k) if type(k) is int else self.quote(k)
+
     # -- the function's result ------------------------------------------------------------------
     def result(self, spec, leaves) -> str:
         it = iter(leaves)
@@ -95,10 +99,10 @@ class Trees:
             return f"node({pre.index})", False, fresh_text
         if kind is dict:
             keys = spec.context
-            if not all(isinstance(k, str) for k in keys):
-                raise UnsupportedError(f"output dict with non-string keys {keys!r}")
+            if not all(type(k) in (str, int) for k in keys):
+                raise UnsupportedError(f"output dict with keys other than strings and ints {keys!r}")
             parts = [self._value(pre.items.get(k, _MISSING) if same else _MISSING, c, it) for k, c in zip(keys, kids)]
-            fresh_text = "{" + ", ".join(f"{self.quote(k)}: {p[2]}" for k, p in zip(keys, parts)) + "}"
+            fresh_text = "{" + ", ".join(f"{self.key(k)}: {p[2]}" for k, p in zip(keys, parts)) + "}"
             if same:  # the caller's dict, its new and changed items set (insertion order kept)
                 gone = [k for k in pre.items if k not in keys]
                 if gone or [k for k in keys if k in pre.items] != list(pre.items):
@@ -107,9 +111,9 @@ class Trees:
                 sets = [(k, p[0]) for k, p in zip(keys, parts) if p[1] or k not in pre.items]
                 if sets:
                     self.updates.append(f"update({pre.index}) {{" +
-                                        ", ".join(f"{self.quote(k)}: {t}" for k, t in sets) + "}")
+                                        ", ".join(f"{self.key(k)}: {t}" for k, t in sets) + "}")
                 return f"node({pre.index})", False, fresh_text
-            return "{" + ", ".join(f"{self.quote(k)}: {p[0]}" for k, p in zip(keys, parts)) + "}", True, fresh_text
+            return "{" + ", ".join(f"{self.key(k)}: {p[0]}" for k, p in zip(keys, parts)) + "}", True, fresh_text
         cls = _tuple_class(kind, spec.context)
         if cls is not None:
             # a namedtuple or structseq (torch.topk's torch.return_types.topk): the class holding its

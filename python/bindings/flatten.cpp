@@ -90,9 +90,12 @@ bool add_constant(PyObject* obj, FlatArgs& out) {
 }
 
 // An instance of a registered class (arg_objects.h): its instance dictionary's entries in
-// insertion order, as "<id{name=code,...}>"; `depth` is the object's own.
+// insertion order, as "<id{name=code,...}>"; for a dict subclass (a transformers ModelOutput, which
+// its library registers as a pytree node flattened by its items), its items instead, none a
+// constant. `depth` is the object's own.
 bool add_object(PyObject* obj, int32_t class_id, FlatArgs& out, int depth) {
-  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);  // new ref
+  const bool items = PyDict_Check(obj);
+  PyObject* dict = items ? (Py_INCREF(obj), obj) : PyObject_GenericGetDict(obj, nullptr);  // new ref
   if (!dict) {
     PyErr_Clear();
     out.unsupported = std::string(Py_TYPE(obj)->tp_name) + " without an instance dictionary is not supported natively";
@@ -117,8 +120,9 @@ bool add_object(PyObject* obj, int32_t class_id, FlatArgs& out, int depth) {
     if (!first) out.structure += ',';
     out.structure.append(name, static_cast<size_t>(len));
     out.structure += '=';
-    if (!add(value, out, depth + 1, true)) {
-      out.where = "." + std::string(name, static_cast<size_t>(len)) + out.where;
+    if (!add(value, out, depth + 1, !items)) {
+      out.where = (items ? "['" + std::string(name, static_cast<size_t>(len)) + "']"
+                         : "." + std::string(name, static_cast<size_t>(len))) + out.where;
       ok = false;
     }
   }

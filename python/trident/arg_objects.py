@@ -22,7 +22,8 @@ from .errors import UnsupportedError
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a class statement
 _MAX_DEPTH = 8      # flatten.cpp's kMaxDepth
 
-_registered: set[type] = set()  # classes the native table flattens by attributes
+_registered: set[type] = set()  # classes the native table flattens by attributes (or items)
+_by_items: set[type] = set()    # those of them that are dict subclasses, flattened by their items
 
 
 def is_constant(value) -> bool:
@@ -49,14 +50,42 @@ def admits(cls: type) -> str | None:
     return None
 
 
+def by_items(x) -> bool:
+    """Whether x may be flattened by its dict items: an instance of a dict subclass its library
+    registered as a pytree node flattened exactly so (transformers' ModelOutput: an encoder-decoder
+    model's `encoder_outputs` argument), which export then captures by that registration."""
+    node = pytree.SUPPORTED_NODES.get(type(x))
+    if not isinstance(x, dict) or node is None or type(x).__flags__ & _HEAPTYPE == 0:
+        return False
+    try:
+        values, context = node.flatten_fn(x)
+    except Exception:  # noqa: BLE001  (another library's code: any failure means no)
+        return False
+    keys = list(x.keys())
+    return list(context) == keys and len(values) == len(keys) and all(
+        a is b for a, b in zip(values, x.values())) and all(type(k) is str and k.isidentifier() for k in keys)
+
+
 def is_flattened(cls: type) -> bool:
-    return cls in _registered
+    """Flattened by its attributes (a registered class that is not a dict subclass)."""
+    return cls in _registered and cls not in _by_items
+
+
+def is_by_items(cls: type) -> bool:
+    return cls in _by_items
 
 
 def _register(cls: type) -> None:
     if cls not in _registered:
-        object_table.register_class(cls)
+        object_table.register_class(cls)  # the native table walks a dict subclass by its items
         _registered.add(cls)
+        if issubclass(cls, dict):
+            _by_items.add(cls)
+
+
+def _state(x) -> dict:
+    """What the native flattener walks of a registered object: its items or its attributes."""
+    return x if type(x) in _by_items else vars(x)
 
 
 def _objects(tree, admit: bool):
@@ -74,12 +103,12 @@ def _objects(tree, admit: bool):
             for v in x.values():
                 yield from visit(v, depth + 1)
         else:
-            if admit and t not in _registered and not isinstance(x, torch.Tensor) and hasattr(x, "__dict__") \
-                    and admits(t) is None:
+            if admit and t not in _registered and not isinstance(x, torch.Tensor) and (
+                    by_items(x) or (hasattr(x, "__dict__") and not isinstance(x, dict) and admits(t) is None)):
                 _register(t)
             if t in _registered:
                 yield x
-                for v in vars(x).values():
+                for v in _state(x).values():
                     yield from visit(v, depth + 1)
 
     yield from visit(tree, -2)  # tree is (args, kwargs): each argument at the flattener's depth 0
@@ -110,7 +139,7 @@ def classes_named(name: str) -> list[type]:
 @contextlib.contextmanager
 def capturing_objects_of(tree):
     """as_pytree_nodes for the classes of the objects in a call's (args, kwargs)."""
-    objs = list(_objects(tree, admit=False))
+    objs = [o for o in _objects(tree, admit=False) if type(o) not in _by_items]  # those are pytree nodes already
     with as_pytree_nodes(list(dict.fromkeys(type(o) for o in objs)), objs):
         yield
 
@@ -248,7 +277,7 @@ def pre_state(marked_args: tuple, marked_kwargs: dict, order: list) -> list:
             return n
         if t in _registered:
             n = Node(next(counter), t, {})
-            n.items = {k: visit(v) for k, v in vars(x).items()}
+            n.items = {k: visit(v) for k, v in _state(x).items()}
             return n
         return x  # a leaf marker or a constant
 

@@ -258,6 +258,10 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
         return type(x)(_map_arg_tree(v, fn, f"{path}[{i}]", objects_as_lists) for i, v in enumerate(x))
     if type(x) is dict:
         return {k: _map_arg_tree(v, fn, f"{path}[{k!r}]", objects_as_lists) for k, v in x.items()}
+    if arg_objects.is_by_items(type(x)):  # a dict subclass its library flattens by items (ModelOutput)
+        if objects_as_lists:
+            return [_map_arg_tree(v, fn, f"{path}[{k!r}]", True) for k, v in x.items()]
+        return type(x)(**{k: _map_arg_tree(v, fn, f"{path}[{k!r}]") for k, v in x.items()})
     if arg_objects.is_flattened(type(x)):
         if objects_as_lists:
             return [_map_arg_tree(v, fn, f"{path}.{k}", True) for k, v in vars(x).items()
@@ -295,7 +299,7 @@ def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
         if type(x) is tuple:
             for i, v in enumerate(x):
                 walk(v, path + (i,))
-        elif type(x) in (list, dict) or arg_objects.is_flattened(type(x)):
+        elif type(x) in (list, dict) or arg_objects.is_flattened(type(x)) or arg_objects.is_by_items(type(x)):
             _map_arg_tree(x, lambda v, _p: out.append((v, None)), "")
         else:
             out.append((x, path))

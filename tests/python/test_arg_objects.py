@@ -234,3 +234,39 @@ def test_an_attribute_the_function_adds_under_a_new_name_is_written_back():
         fast(x, mine)
         tag(x, theirs)
         _same(mine, theirs)
+
+
+def test_a_model_output_argument_is_flattened_by_its_items():
+    """A transformers ModelOutput (a dict subclass its library registers as a pytree node by its
+    items) as an argument: guarded by its class and keys, so one with another field set is another
+    specialization, never a false hit; a class-level lookalike that is not registered runs eagerly."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_outputs import BaseModelOutput
+
+    def head(x, enc):
+        h = enc.last_hidden_state if enc.hidden_states is None else enc.hidden_states[-1] * 2
+        return x @ h.T
+
+    fast = trident.compile(head)
+    x = torch.randn(3, 4)
+    plain = BaseModelOutput(last_hidden_state=torch.randn(5, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(3):
+            torch.testing.assert_close(fast(x, plain), head(x, plain))
+        more = BaseModelOutput(last_hidden_state=torch.randn(5, 4), hidden_states=(torch.randn(5, 4),))
+        torch.testing.assert_close(fast(x, more), head(x, more))
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (2, 2, 0), c
+    assert trident._C.describe_args(plain)[0].endswith("{last_hidden_state=T}>")
+
+    class Lookalike(dict):  # a dict subclass nobody registered with pytree
+        pass
+
+    odd = Lookalike(last_hidden_state=torch.randn(5, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast2 = trident.compile(lambda x, d: x @ d["last_hidden_state"].T)
+        torch.testing.assert_close(fast2(x, odd), x @ odd["last_hidden_state"].T)
+    assert trident.counters(fast2)["fallbacks"] == 1
+    assert any("Lookalike" in str(w.message) for w in caught), [str(w.message) for w in caught]

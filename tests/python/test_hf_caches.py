@@ -152,6 +152,42 @@ def test_generate_runs_natively_with_the_same_tokens(name, impl):
     assert c["hits"] >= 4 * 8 - c["specializations"] - 2
 
 
+def _encoder_decoder(name: str):
+    torch.manual_seed(0)
+    if name == "t5":
+        cfg = transformers.T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+        return transformers.T5ForConditionalGeneration(cfg).eval()
+    cfg = transformers.BartConfig(vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2,
+                                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                  decoder_ffn_dim=64, max_position_embeddings=64, forced_eos_token_id=None)
+    return transformers.BartForConditionalGeneration(cfg).eval()
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_encoder_decoder_generate_runs_natively_with_the_same_tokens(name):
+    """generate() of an encoder-decoder model passes its forward the encoder's output (a
+    ModelOutput, flattened by its items) and an EncoderDecoderCache, whose is_updated dict is keyed
+    by layer index and set as each layer writes its cross-attention keys (written back)."""
+    model = _encoder_decoder(name)
+    kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    ids = torch.randint(2, 96, (1, 7), generator=torch.Generator().manual_seed(7))
+    want = model.generate(ids, **kw)
+    eager_forward = model.forward
+    model.forward = trident.compile(eager_forward)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            for _ in range(2):
+                assert torch.equal(model.generate(ids, **kw), want)
+        c = trident.counters(model.forward)
+    finally:
+        model.forward = eager_forward
+    assert c["fallbacks"] == 0 and c["split_calls"] == 0, c
+    # the first step (the cross-attention cache written), then decode, its length symbolic
+    assert c["specializations"] <= 3 and c["hits"] >= 2 * 8 - c["specializations"] - 1, c
+
+
 def test_generate_sampling_and_a_left_padded_batch():
     model = _model("llama")
     ids = torch.randint(1, 96, (2, 6), generator=torch.Generator().manual_seed(3))

@@ -3,12 +3,18 @@ graph whose result only Triton launches touch writes it straight into the tensor
 returns, its nodes pointed there when the tensor lies elsewhere, with eager's results bit for bit:
 results the caller keeps stay as they were, a result a later kernel reads is pointed at in both, a
 rebind and a scalar patch leave the nodes writing the replay's tensor, and reuse_outputs recycles."""
+import os
+import sys
+
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 import trident
+from tutorial_kernels import sum_rows_kernel, write_row_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+from cases import three_kernels  # noqa: E402  (the per-call benchmark's case: kernels.add_one three times)
+from kernels import add_one  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -21,23 +27,6 @@ def direct_results_on(monkeypatch):
     if not torch.cuda.is_available():
         pytest.fail("GPU test run without a CUDA device")
     monkeypatch.setenv("TRIDENT_GRAPH_DIRECT_RESULTS", "1")  # read as each specialization loads
-
-
-@triton.jit
-def add_one_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
-
-
-def add_one(x):
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    add_one_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
-    return out
-
-
-def three_kernels(x):
-    return add_one(add_one(add_one(x)))
 
 
 def test_kept_results_each_hold_their_own_call():
@@ -75,21 +64,6 @@ def test_a_result_a_later_kernel_reads_is_written_where_the_replay_returns_it():
     c = trident.counters(fast)
     # two nodes per replay: the first launch (writes y) and the second (reads y, writes z)
     assert c["graph_replays"] == 8 and c["graph_result_nodes"] == 8 * 2, c
-
-
-@triton.jit
-def write_row_kernel(x_ptr, cache_ptr, pos, D: tl.constexpr):
-    offs = tl.arange(0, D)
-    tl.store(cache_ptr + pos * D + offs, tl.load(x_ptr + offs))
-
-
-@triton.jit
-def sum_rows_kernel(cache_ptr, out_ptr, n, D: tl.constexpr):
-    offs = tl.arange(0, D)
-    acc = tl.zeros([D], dtype=tl.float32)
-    for i in range(0, n):
-        acc += tl.load(cache_ptr + i * D + offs)
-    tl.store(out_ptr + offs, acc)
 
 
 def decode_step(x, cache, pos: int):

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 import trident
-from tutorial_kernels import scaled_copy_kernel
+from tutorial_kernels import scaled_copy_kernel, sum_rows_kernel, write_row_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -18,21 +18,6 @@ D = 64
 def require_cuda():
     if not torch.cuda.is_available():
         pytest.fail("GPU test run without a CUDA device")
-
-
-@triton.jit
-def write_row_kernel(x_ptr, cache_ptr, pos, D: tl.constexpr):
-    offs = tl.arange(0, D)
-    tl.store(cache_ptr + pos * D + offs, tl.load(x_ptr + offs))
-
-
-@triton.jit
-def sum_rows_kernel(cache_ptr, out_ptr, n, D: tl.constexpr):
-    offs = tl.arange(0, D)
-    acc = tl.zeros([D], dtype=tl.float32)
-    for i in range(0, n):
-        acc += tl.load(cache_ptr + i * D + offs)
-    tl.store(out_ptr + offs, acc)
 
 
 @triton.jit

@@ -118,3 +118,20 @@ def scale_selected_rows(x, mask):
     n = rows.shape[0]
     scale_rows_by_count_kernel[(n,)](rows, out, n, N_COLS=x.shape[1])
     return out
+
+
+# A decode step's cache write at an int position and a read of the first n rows (graph mode's
+# scalar patches and direct results, test_graph_scalars_gpu.py and test_graph_direct_results_gpu.py).
+@triton.jit
+def write_row_kernel(x_ptr, cache_ptr, pos, D: tl.constexpr):
+    offs = tl.arange(0, D)
+    tl.store(cache_ptr + pos * D + offs, tl.load(x_ptr + offs))
+
+
+@triton.jit
+def sum_rows_kernel(cache_ptr, out_ptr, n, D: tl.constexpr):
+    offs = tl.arange(0, D)
+    acc = tl.zeros([D], dtype=tl.float32)
+    for i in range(0, n):
+        acc += tl.load(cache_ptr + i * D + offs)
+    tl.store(out_ptr + offs, acc)

@@ -261,7 +261,9 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
     if arg_objects.is_by_items(type(x)):  # a dict subclass its library flattens by items (ModelOutput)
         if objects_as_lists:
             return [_map_arg_tree(v, fn, f"{path}[{k!r}]", True) for k, v in x.items()]
-        return type(x)(**{k: _map_arg_tree(v, fn, f"{path}[{k!r}]") for k, v in x.items()})
+        # made again as its library's pytree registration makes it (what export sees)
+        return pytree.SUPPORTED_NODES[type(x)].unflatten_fn(
+            [_map_arg_tree(v, fn, f"{path}[{k!r}]") for k, v in x.items()], list(x.keys()))
     if arg_objects.is_flattened(type(x)):
         if objects_as_lists:
             return [_map_arg_tree(v, fn, f"{path}.{k}", True) for k, v in vars(x).items()

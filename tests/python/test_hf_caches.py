@@ -5,6 +5,7 @@ from configs with random weights (Llama, Qwen3, and the MoE models DeepSeek-V2, 
 Mixtral), on the CPU, each against eager with the counters asserted: the cache is an argument like
 any other, written in place (StaticCache) or left holding the new tensors (DynamicCache), and one
 specialization serves a whole decode."""
+import contextlib
 import warnings
 
 import pytest
@@ -57,6 +58,18 @@ def _model(name: str):
 
 def _new_cache(kind: str, cfg):
     return StaticCache(config=cfg, max_cache_len=32) if kind == "static" else DynamicCache(config=cfg)
+
+
+@contextlib.contextmanager
+def _forward_compiled(model):
+    """model.forward = trident.compile(model.forward), as users write it, for the block; yields
+    the compiled forward (its counters) and puts the eager forward back after."""
+    eager_forward = model.forward
+    model.forward = trident.compile(eager_forward)
+    try:
+        yield model.forward
+    finally:
+        model.forward = eager_forward
 
 
 def _layer_tensors(cache) -> list:
@@ -135,17 +148,13 @@ def test_generate_runs_natively_with_the_same_tokens(name, impl):
         kw["cache_implementation"] = impl
     prompts = [torch.randint(1, 96, (1, n), generator=torch.Generator().manual_seed(n)) for n in (5, 7)]
     want = [model.generate(p, **kw) for p in prompts]
-    eager_forward = model.forward
-    model.forward = trident.compile(eager_forward)
-    try:
+    with _forward_compiled(model) as fast:
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             for _ in range(2):
                 for p, w in zip(prompts, want):
                     assert torch.equal(model.generate(p, **kw), w)
-        c = trident.counters(model.forward)
-    finally:
-        model.forward = eager_forward
+        c = trident.counters(fast)
     assert c["fallbacks"] == 0
     # prefill and decode; a new prompt length is a symbolic size after the first
     assert c["specializations"] <= 5, c
@@ -173,16 +182,12 @@ def test_encoder_decoder_generate_runs_natively_with_the_same_tokens(name):
     kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
     ids = torch.randint(2, 96, (1, 7), generator=torch.Generator().manual_seed(7))
     want = model.generate(ids, **kw)
-    eager_forward = model.forward
-    model.forward = trident.compile(eager_forward)
-    try:
+    with _forward_compiled(model) as fast:
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             for _ in range(2):
                 assert torch.equal(model.generate(ids, **kw), want)
-        c = trident.counters(model.forward)
-    finally:
-        model.forward = eager_forward
+        c = trident.counters(fast)
     assert c["fallbacks"] == 0 and c["split_calls"] == 0, c
     # the first step (the cross-attention cache written), then decode, its length symbolic
     assert c["specializations"] <= 3 and c["hits"] >= 2 * 8 - c["specializations"] - 1, c
@@ -197,16 +202,12 @@ def test_generate_sampling_and_a_left_padded_batch():
     kw = dict(max_new_tokens=8, do_sample=True, top_k=20, pad_token_id=0, attention_mask=mask)
     torch.manual_seed(5)
     want = model.generate(ids, **kw)
-    eager_forward = model.forward
-    model.forward = trident.compile(eager_forward)
-    try:
+    with _forward_compiled(model) as fast:
         torch.manual_seed(5)
         got = model.generate(ids, **kw)
         torch.manual_seed(5)
         again = model.generate(ids, **kw)
-        c = trident.counters(model.forward)
-    finally:
-        model.forward = eager_forward
+        c = trident.counters(fast)
     assert torch.equal(got, want) and torch.equal(again, want)
     assert c["fallbacks"] == 0 and c["hits"] > 8
 
@@ -309,13 +310,9 @@ def test_bf16_generate_with_a_padding_mask_gives_eagers_logits_bit_for_bit(impl)
         kw["cache_implementation"] = impl
     calls = [(ids[1:], torch.ones_like(ids[1:])), (ids, mask)]
     want = [model.generate(i, attention_mask=m, **kw) for i, m in calls]
-    eager_forward = model.forward
-    model.forward = trident.compile(eager_forward)
-    try:
+    with _forward_compiled(model) as fast:
         got = [model.generate(i, attention_mask=m, **kw) for i, m in calls]
-        c = trident.counters(model.forward)
-    finally:
-        model.forward = eager_forward
+        c = trident.counters(fast)
     for w, g in zip(want, got):
         assert torch.equal(w.sequences, g.sequences)
         assert all(torch.equal(a, b) for a, b in zip(w.logits, g.logits))
@@ -337,17 +334,13 @@ def test_generate_skips_transformers_own_compile_for_a_forward_trident_compiled(
     config.compile_config._compile_all_devices = True  # as a CUDA model would: the CPU one qualifies too
     kwargs = _generate_cache_kwargs(StaticCache(config=model.config, max_cache_len=16))
     assert model._valid_auto_compile_criteria(kwargs, config)
-    eager_forward = model.forward
-    model.forward = trident.compile(eager_forward)
-    try:
+    with _forward_compiled(model) as fast:
         assert not model._valid_auto_compile_criteria(kwargs, config)
         assert other._valid_auto_compile_criteria(kwargs, config)
         ids = torch.randint(1, 96, (1, 5), generator=torch.Generator().manual_seed(2))
         torch._dynamo.reset()
         out = model.generate(ids, generation_config=config, cache_implementation="static")
-        c = trident.counters(model.forward)
-    finally:
-        model.forward = eager_forward
+        c = trident.counters(fast)
     assert torch.equal(out, model.generate(ids, generation_config=config, cache_implementation="static",
                                            disable_compile=True))
     assert c["fallbacks"] == 0 and c["hits"] >= 2
@@ -391,9 +384,7 @@ def test_generate_builds_its_masks_through_trident_once_the_forward_is_tridents(
     kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0, cache_implementation="static")
     calls = [dict(input_ids=ids[1:]), dict(input_ids=ids, attention_mask=mask)]
     want = [model.generate(**c, **kw) for c in calls]
-    eager_forward = model.forward
-    model.forward = trident.compile(eager_forward)
-    try:
+    with _forward_compiled(model):
         masks = model.create_masks_for_generate
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # no fallback said
@@ -401,8 +392,6 @@ def test_generate_builds_its_masks_through_trident_once_the_forward_is_tridents(
                 for c, w in zip(calls, want):
                     assert torch.equal(model.generate(**c, **kw), w)
         c = trident.counters(masks.compiled)
-    finally:
-        model.forward = eager_forward
     # each generate() makes its prefill mask and 7 decode masks; two mask decisions (padded or not)
     assert c["fallbacks"] == 0 and c["misses"] + c["hits"] == 4 * 8, c
     assert c["hits"] >= 4 * 8 - 2 * c["specializations"], c

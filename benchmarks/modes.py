@@ -40,8 +40,12 @@ def build(mode, fn):
     if mode in TRIDENT_COMPILE_MODES:
         import os
         import trident
+        # Read as each specialization loads: set for this mode, unset for the others (one process
+        # may build several modes, percall_interleaved.py does).
         if mode == "trident_graphs_direct":
-            os.environ["TRIDENT_GRAPH_DIRECT_RESULTS"] = "1"  # read as each specialization loads
+            os.environ["TRIDENT_GRAPH_DIRECT_RESULTS"] = "1"
+        else:
+            os.environ.pop("TRIDENT_GRAPH_DIRECT_RESULTS", None)
         return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS,
                                reuse_outputs=mode == "trident_reuse",
                                graphs=mode in ("trident_graphs", "trident_graphs_direct"))

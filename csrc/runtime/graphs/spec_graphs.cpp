@@ -265,7 +265,11 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, const Keyed& k, trd_fram
     direct_out.push_back(result(c, direct[i], g.output(direct[i])));
     g.patch->want(i, reinterpret_cast<uint64_t>(direct_out.back().data_ptr()));
   }
-  if (k.scalars != g.scalars || (rebound && g.patched)) {
+  // After a rebind the nodes it rewrote hold the capture's words moved, which the patch's record does
+  // not know: a patch run rewrites them from this call's values, where a node was rewritten before
+  // (a patch, a pointing) or is about to be (point_results() rewrites a node from the record's
+  // slots, which would put back the capture's argument addresses).
+  if (k.scalars != g.scalars || (rebound && (g.patched || !direct.empty()))) {
     *patch_why = patch(g, c, k, want, f, refused);
     if (!patch_why->empty()) return {};
   }

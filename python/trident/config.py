@@ -36,7 +36,8 @@ from dataclasses import dataclass
 # TRIDENT_GRAPH_DIRECT_RESULTS: "1" lets a CUDA graph's kernels write a result that only Triton launches
 #   touch straight into the tensor a replay returns, instead of into the graph's own memory and then
 #   through a copy node (csrc/runtime/graphs/direct_results.h): one graph node fewer per such result.
-#   Off by default until it has run on a GPU. Read by the native runtime as each specialization loads.
+#   Experimental, off by default until its GPU tests pass with it on (benchmarks/NOTES.md, session 35).
+#   Read by the native runtime as each specialization loads.
 # TRIDENT_GRAPH_BYTES: the most memory one CUDA graph's private pool may hold (default 1073741824,
 #   1 GiB); a specialization whose graph would hold more runs without graphs, said in explain
 #   (csrc/runtime/graphs/spec_graphs.h, Memory). Read once, by the native runtime; graph_bytes()

@@ -111,6 +111,22 @@ def test_a_kernel_a_node_cannot_be_rewritten_for_keeps_the_copy():
     assert direct(body) == ["slot 0 (site 0 aten::empty.memory_format): site 1 param 1"]
 
 
+def test_a_launch_a_node_cannot_be_rewritten_for_keeps_every_copy_even_one_not_taking_the_result():
+    """A graph with direct results follows each rebind with a patch run, which rewrites every launch
+    whose arguments moved: one it cannot rewrite (here a cluster launch reading only the argument)
+    would make the patch refuse and the graph be dropped, so no result of that program is direct."""
+    body = f"""
+        %1 = {EMPTY}
+        launch 0 grid(4, 1, 1) (%0, %1, 4096)
+        %2 = {EMPTY}
+        launch 1 grid(4, 1, 1) (%0, %2, 4096)
+        return %1
+    """
+    assert direct(body, ctas=2) == []
+    assert direct(body, coop=1) == []
+    assert direct(body) == ["slot 0 (site 0 aten::empty.memory_format): site 1 param 1"]
+
+
 def test_the_benchmarks_three_chained_kernels_write_their_result_directly(monkeypatch):
     """The per-call case of benchmarks/cases.py as trident lowers it (kernels compiled for sm_90)."""
     from fake_cuda import capture_as_sm90

@@ -39,6 +39,7 @@ std::vector<DirectResult> direct_results(const std::vector<ir::Instr>& sites, co
   count_slots(output, returned);
   std::map<int64_t, DirectResult> found;  // candidates by slot, dropped when disqualified
   std::set<int64_t> out;                  // disqualified
+  bool all_rewritable = true;             // every launch one a node can be rewritten for
   for (int32_t k = 0; k < static_cast<int32_t>(sites.size()); ++k) {
     const ir::Instr& in = sites[k];
     if (in.kind == IK::Call) {
@@ -59,6 +60,7 @@ std::vector<DirectResult> direct_results(const std::vector<ir::Instr>& sites, co
     if (in.kind != IK::Launch) continue;
     const ir::Kernel* kernel = in.a >= 0 && in.a < static_cast<int64_t>(kernels.size()) ? &kernels[in.a] : nullptr;
     const bool rewritable = kernel && unpatchable(*kernel, false).empty();
+    all_rewritable = all_rewritable && rewritable;
     for (uint32_t p = 0; p < in.operands.size(); ++p) {
       const int64_t slot = pointer_slot(in.operands[p]);
       std::map<int64_t, int> other;  // a slot anywhere else in the operand (not a plain pointer)
@@ -73,6 +75,7 @@ std::vector<DirectResult> direct_results(const std::vector<ir::Instr>& sites, co
     }
   }
   std::vector<DirectResult> r;
+  if (!all_rewritable) return r;  // a rebind's patch run could not rewrite that launch (header)
   for (auto& [slot, d] : found)
     if (!out.count(slot) && !d.uses.empty()) r.push_back(std::move(d));
   return r;

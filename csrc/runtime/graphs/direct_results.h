@@ -10,8 +10,11 @@
 //     of its memory in the graph is a Triton launch's pointer parameter, which the host program
 //     computes exactly (base plus a byte offset); ATen kernels, which may hold an address in ways
 //     only they know, never see it;
-//   - every launch that takes it is one a node can be rewritten for (no tensor descriptors,
-//     clusters, cooperative or programmatic dependent launches; scalar_patch.h's rule);
+//   - every launch of the program is one a node can be rewritten for (no tensor descriptors,
+//     clusters, cooperative or programmatic dependent launches; scalar_patch.h's rule): those that
+//     take it, and the others too, because a graph with direct results follows each rebind with a
+//     patch run (spec_graphs.cpp, launch), which rewrites every launch whose arguments moved, and a
+//     refused patch would drop the graph;
 //   - it appears once in the output tree (a result returned twice shares memory with itself, which
 //     graphs refuse anyway).
 // A replay then points those launches' nodes at the fresh tensor (scalar_patch.h: point_results),

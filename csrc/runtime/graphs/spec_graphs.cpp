@@ -387,9 +387,9 @@ std::string SpecGraphs::patch(Graph& g, const Call& c, const Keyed& k, const c10
   std::string why = g.patch->refusal();
   if (ran && g.patch->complete()) {
     g.out_ints.assign(ints.begin(), ints.begin() + c.mod->num_out_ints(c.spec));
+    if (k.scalars != g.scalars) ++scalar_patches_;  // not a run after a rebind alone (graph_scalar_patches)
     g.scalars = k.scalars;
     g.patched = g.patched || g.patch->nodes_set() > 0;
-    ++scalar_patches_;
     patched_nodes_ += g.patch->nodes_set();
     return {};
   }

@@ -1,11 +1,12 @@
 """Direct results (csrc/runtime/graphs/direct_results.h): which results of a program a CUDA graph may
 write straight into the tensor a replay returns, without a copy node. A result qualifies only when
 nothing but Triton launches that a node can be rewritten for touches its memory; every other use (an
-ATen read, a view, a fill, returning it twice, a cluster launch) keeps the copy. Read from the program
+ATen read, a view, a fill, returning it twice, a cluster launch anywhere in the program) keeps the copy. Read from the program
 as the runtime loads it (codegen's site form), through `_C.ir_pass("direct_results", text)`."""
 import os
 import sys
 
+import pytest
 import torch
 
 import trident
@@ -100,28 +101,24 @@ def test_a_result_no_kernel_writes_is_not_direct():
     """) == []
 
 
-def test_a_kernel_a_node_cannot_be_rewritten_for_keeps_the_copy():
-    body = f"""
+# Kernel 1 is the one made unrewritable. It writes the result, or it only reads the argument: a graph
+# with direct results follows each rebind with a patch run, which rewrites every launch whose
+# arguments moved, and one it cannot rewrite would make the patch refuse and the graph be dropped,
+# so no result of that program is direct.
+@pytest.mark.parametrize("body", [
+    f"""
         %1 = {EMPTY}
         launch 1 grid(4, 1, 1) (%0, %1, 4096)
         return %1
-    """
-    assert direct(body, ctas=2) == []
-    assert direct(body, coop=1) == []
-    assert direct(body) == ["slot 0 (site 0 aten::empty.memory_format): site 1 param 1"]
-
-
-def test_a_launch_a_node_cannot_be_rewritten_for_keeps_every_copy_even_one_not_taking_the_result():
-    """A graph with direct results follows each rebind with a patch run, which rewrites every launch
-    whose arguments moved: one it cannot rewrite (here a cluster launch reading only the argument)
-    would make the patch refuse and the graph be dropped, so no result of that program is direct."""
-    body = f"""
+    """,
+    f"""
         %1 = {EMPTY}
         launch 0 grid(4, 1, 1) (%0, %1, 4096)
         %2 = {EMPTY}
         launch 1 grid(4, 1, 1) (%0, %2, 4096)
         return %1
-    """
+    """], ids=["taking_the_result", "reading_only_the_argument"])
+def test_a_kernel_a_node_cannot_be_rewritten_for_keeps_every_copy(body):
     assert direct(body, ctas=2) == []
     assert direct(body, coop=1) == []
     assert direct(body) == ["slot 0 (site 0 aten::empty.memory_format): site 1 param 1"]

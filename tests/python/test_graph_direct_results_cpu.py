@@ -1,8 +1,9 @@
 """Direct results (csrc/runtime/graphs/direct_results.h): which results of a program a CUDA graph may
 write straight into the tensor a replay returns, without a copy node. A result qualifies only when
 nothing but Triton launches that a node can be rewritten for touches its memory; every other use (an
-ATen read, a view, a fill, returning it twice, a cluster launch anywhere in the program) keeps the copy. Read from the program
-as the runtime loads it (codegen's site form), through `_C.ir_pass("direct_results", text)`."""
+ATen read, a view, a fill, returning it twice) keeps the copy, and so does every result of a program
+with a cluster launch anywhere. Read from the program as the runtime loads it (codegen's site form),
+through `_C.ir_pass("direct_results", text)`."""
 import os
 import sys
 

@@ -22,8 +22,7 @@ from .errors import UnsupportedError
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a class statement
 _MAX_DEPTH = 8      # flatten.cpp's kMaxDepth
 
-_registered: set[type] = set()  # classes the native table flattens by attributes (or items)
-_by_items: set[type] = set()    # those of them that are dict subclasses, flattened by their items
+_registered: set[type] = set()  # classes the native table flattens: by attributes, a dict subclass by items
 
 
 def is_constant(value) -> bool:
@@ -68,24 +67,23 @@ def by_items(x) -> bool:
 
 def is_flattened(cls: type) -> bool:
     """Flattened by its attributes (a registered class that is not a dict subclass)."""
-    return cls in _registered and cls not in _by_items
+    return cls in _registered and not issubclass(cls, dict)
 
 
 def is_by_items(cls: type) -> bool:
-    return cls in _by_items
+    """Flattened by its items (a registered dict subclass: by_items admitted it)."""
+    return cls in _registered and issubclass(cls, dict)
 
 
 def _register(cls: type) -> None:
     if cls not in _registered:
         object_table.register_class(cls)  # the native table walks a dict subclass by its items
         _registered.add(cls)
-        if issubclass(cls, dict):
-            _by_items.add(cls)
 
 
 def _state(x) -> dict:
     """What the native flattener walks of a registered object: its items or its attributes."""
-    return x if type(x) in _by_items else vars(x)
+    return x if isinstance(x, dict) else vars(x)
 
 
 def _objects(tree, admit: bool):
@@ -139,7 +137,7 @@ def classes_named(name: str) -> list[type]:
 @contextlib.contextmanager
 def capturing_objects_of(tree):
     """as_pytree_nodes for the classes of the objects in a call's (args, kwargs)."""
-    objs = [o for o in _objects(tree, admit=False) if type(o) not in _by_items]  # those are pytree nodes already
+    objs = [o for o in _objects(tree, admit=False) if not isinstance(o, dict)]  # those are pytree nodes already
     with as_pytree_nodes(list(dict.fromkeys(type(o) for o in objs)), objs):
         yield
 

@@ -390,6 +390,79 @@ def _install_guard_paths_fix() -> bool:
     return True
 
 
+def _guard_free_pow(a, b):
+    """torch 2.13's body of torch._refs.pow, given to 2.11's function (_install_float_pow_fix): its
+    shortcuts for exponents 1, 2 and 0.5 are taken only where the number is statically one of them.
+    Names resolve in torch._refs' globals (the function keeps its own)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if not (isinstance(a, TensorLikeType) or isinstance(b, TensorLikeType)):  # noqa: F821
+        raise AssertionError("at least one of a or b must be TensorLikeType")
+    if isinstance(b, Number):  # noqa: F821
+        if statically_known_true(b == 1.0):
+            return a.clone()
+        elif statically_known_true(b == 2.0):
+            return a * a
+        elif statically_known_true(b == 0.5):
+            return torch.sqrt(a)
+    elif isinstance(a, Number):  # noqa: F821
+        if statically_known_true(a == 1.0):
+            return torch.fill(b, True)
+        if statically_known_true(a == 2.0) and (utils.is_float_dtype(b.dtype)  # noqa: F821
+                                                or utils.is_complex_dtype(b.dtype)):  # noqa: F821
+            return torch.exp2(b)
+    return prims.pow(a, b)  # noqa: F821
+
+
+def _install_float_pow_fix() -> bool:
+    """torch 2.11's shape function for `tensor.pow(number)` (torch._refs.pow, which fake tensors
+    run) asks `b == 1.0`, `b == 2.0`, `b == 0.5` of the exponent: for a run-time float (an unbacked
+    SymFloat, float_symbols.py) that is a guard on a data-dependent value and the capture fails, so
+    every new exponent compiled a specialization of its own. 2.13 asks statically_known_true; its
+    body replaces 2.11's (the same function object, so every registration that holds it sees it).
+    The graph records aten.pow either way: the shortcuts only shape the fake result."""
+    try:
+        import torch._refs as refs
+        inner = inspect.unwrap(refs.pow)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    code = inner.__code__
+    if "statically_known_true" in code.co_names or "statically_known_true" in code.co_varnames:
+        return True  # 2.13 and later: nothing to do (this also marks the body as ours once given)
+    if code.co_freevars or code.co_argcount != 2:
+        return False
+    inner.__code__ = _guard_free_pow.__code__
+    return True
+
+
+def _install_unbacked_constraints_fix() -> bool:
+    """torch 2.11's export hands every runtime assert to its constraint solver, which can only name
+    symbols that inputs define: one on an unbacked symbol (`zuf0 >= 0`, which `alpha ** 2` asserts
+    of a run-time float) failed the capture with "Unknown symbol zuf0 created by constraints
+    solver". The solver has nothing to suggest for such a symbol; it is left out of the solver
+    here and stays a runtime assert of the program, as it does on 2.13 (which proves it statically
+    before the solver sees it)."""
+    if TORCH_VERSION >= (2, 13):
+        return True
+    try:
+        from torch.fx.experimental.symbolic_shapes import DimConstraints
+        orig = DimConstraints.add
+    except (ImportError, AttributeError):
+        return False
+    if getattr(orig, "_trident_fix", False):
+        return True
+
+    def add(self, expr):
+        known = getattr(getattr(self, "_dcp", None), "symbol_to_source", None)
+        if known is not None and any(not known.get(s) for s in getattr(expr, "free_symbols", ())):
+            return False  # not trivial; nothing the solver could say about it
+        return orig(self, expr)
+
+    add._trident_fix = True
+    DimConstraints.add = add
+    return True
+
+
 def _symint_positions(key):
     """For an indexing key (a Dynamo VariableTracker) of basic indexing (ints, slices, None; no
     Ellipsis) with symbolic ints among its items (`cache[:, :, pos]`, `pos` kept symbolic): the key
@@ -899,6 +972,8 @@ def capturing():
         _install_mutation_cache()
         _install_tensor_branches()
         _install_guard_paths_fix()
+        _install_float_pow_fix()
+        _install_unbacked_constraints_fix()
         _install_global_recorder()
     prev = getattr(_capture, "active", False)
     _capture.active = True

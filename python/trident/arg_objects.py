@@ -122,11 +122,18 @@ def register_classes(args: tuple, kwargs: dict) -> None:
 
 def classes_named(name: str) -> list[type]:
     """The admitted classes of that name among the loaded modules' globals, each admitted (a class
-    a traced function created and returned an instance of, known to export only by name)."""
+    a traced function created and returned an instance of, known to export only by name). Read
+    from each module's own namespace, never through getattr: a library's lazy module (transformers')
+    imports a submodule for a name it lists, which can fail (transformers 5.17 imported an image
+    processor needing torchvision while looking for `DynamicCache`) or cost seconds. The class of an
+    instance the function made is loaded already, so its module holds it."""
     import sys
     found = []
     for module in list(sys.modules.values()):
-        cls = getattr(module, name, None) if module is not None else None
+        try:
+            cls = vars(module).get(name) if module is not None else None
+        except TypeError:  # an entry without a namespace of its own
+            continue
         if isinstance(cls, type) and cls.__name__ == name and cls not in found and admits(cls) is None:
             found.append(cls)
     for cls in found:

@@ -270,3 +270,40 @@ def test_a_model_output_argument_is_flattened_by_its_items():
         torch.testing.assert_close(fast2(x, odd), x @ odd["last_hidden_state"].T)
     assert trident.counters(fast2)["fallbacks"] == 1
     assert any("Lookalike" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+class Made:
+    def __init__(self, x):
+        self.out = x * 2
+        self.count = 1
+
+
+def test_an_object_the_function_makes_is_found_without_touching_lazy_modules(monkeypatch):
+    """A result holding an instance of a class never passed in is found among the loaded modules by
+    its name, in each module's own namespace: a library's lazy module that imports on attribute
+    access (transformers' does, and one of its imports failed under 5.17) is never asked."""
+    import sys
+    import types
+
+    class Lazy(types.ModuleType):
+        asked: list = []
+
+        def __getattr__(self, name):  # as transformers' _LazyModule: a listed name imports its submodule
+            if name.startswith("__"):
+                raise AttributeError(name)
+            Lazy.asked.append(name)
+            raise ModuleNotFoundError("No module named 'not_installed'")
+
+    monkeypatch.setitem(sys.modules, "trident_test_lazy_library", Lazy("trident_test_lazy_library"))
+
+    def make(x):
+        return Made(x + 1)
+
+    fast = trident.compile(make)
+    x = torch.randn(3)
+    for _ in range(3):
+        got, want = fast(x), make(x)
+        _same(got, want)
+    assert Lazy.asked == []
+    c = trident.counters(fast)
+    assert c["fallbacks"] == 0 and c["hits"] == 2, c

@@ -54,6 +54,8 @@ def main():
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--cpu", action="store_true", help="compile for sm_90 with a fake driver, run nothing")
     ap.add_argument("--json", help="also write the rows here (run.py's latency suite reads them)")
+    ap.add_argument("--held", type=int, default=64,
+                    help="grow the module of the added-specialization rows until it holds this many")
     opts = ap.parse_args()
     on_cpu = opts.cpu or not torch.cuda.is_available()
     if on_cpu:
@@ -82,7 +84,7 @@ def main():
                                    f"{c['capture_seconds']:.2f} s, lowering {c['lowering_seconds']:.2f} s (Triton "
                                    f"compile {c['triton_compile_seconds']:.2f}), C compile {c['compile_seconds']:.2f} s",
                          None))
-    growth = added_specializations(trident, device, on_cpu)
+    growth = added_specializations(trident, device, on_cpu, count=opts.held + 1)
     where = "sm_90 compile on CPU" if on_cpu else device
     print(f"compile latency, {opts.layers}-layer decoder ({where}), s")
     for run, pos, what, s in rows:
@@ -91,7 +93,7 @@ def main():
     print(f"  {'N':>3s} {'total':>8s} {'capture':>8s} {'lowering':>8s} {'C compile':>9s} {'load':>6s} {'selector':>8s}  "
           "(C compile: on the call; selector: its compile after the call, guards interpreted meanwhile)")
     for r in growth:
-        if r["held"] in (0, 1, 16, 64):
+        if r["held"] in (0, 1, 16, opts.held):
             print(f"  {r['held']:3d} {r['total'] * 1e3:8.1f} {r['capture'] * 1e3:8.1f} {r['lowering'] * 1e3:8.1f} "
                   f"{r['compile'] * 1e3:9.1f} {r['load'] * 1e3:6.1f} {r['selector'] * 1e3:8.1f}")
     if opts.json:

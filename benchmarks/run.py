@@ -129,6 +129,7 @@ def run_latency(args, out, cap):
     raw.unlink(missing_ok=True)
     cmd = [sys.executable, str(HERE / "compile_latency.py"), "--json", str(raw)]
     cmd += ["--layers", "1" if args.tiny else "2" if args.quick else "8"] + ["--cpu"] * (args.device != "cuda")
+    cmd += ["--held", "4"] * args.tiny  # smoke tests: every row's path, not 64 compiles
     rc, killed = run_capped(cmd, log, cap, worker_env(args, out))
     if killed:
         return {"status": modes.TIMEOUT, "message": f"killed at its time cap ({cap:.0f} s)", "log": str(log)}

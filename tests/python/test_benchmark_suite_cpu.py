@@ -16,9 +16,8 @@ import rounds  # noqa: E402
 def test_two_rounds_of_eager_and_trident_on_the_tiny_decoder(tmp_path):
     cmd = [sys.executable, str(BENCH / "run.py"), "--out", str(tmp_path), "--device", "cpu", "--tiny",
            "--modes", "eager,trident", "--suites", "decode,latency", "--rounds", "2", "--budget-s", "480"]
-    # the budget is an upper bound (the run takes about 110 s on 2 cores alone, 2x that beside another
-    # test worker);
-    # a round that outran its share of a smaller one skipped its last entries
+    # the budget is an upper bound (the run takes about 110 s on 2 cores alone, twice that beside another
+    # test worker); a round that outran its share of a smaller one skipped its last entries
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())

@@ -24,6 +24,15 @@ its `index_add_` of no rows change nothing, while the experts that were hit add 
 same order as eager, so the result is eager's bit for bit, from one native program. The stand-in is
 used only for the forward whose source it was written from (Liger 0.7.0); another is left alone.
 
+Liger-Kernel's `dispatch` (0.8.5: its op dispatcher, which rotary embedding goes through): it picks
+an implementation in Python (a registry behind locks, capability checks, environment overrides) and
+is wrapped with `torch.compiler.disable`, so strict export stopped at every Liger-patched model's
+rotary, and the Python route that follows cannot trace an MoE's `int(t.item())` (Liger's fused
+MoE in Qwen3-MoE). During capture a stand-in makes the same choice by calling Liger's own resolver
+outside the trace (`torch._dynamo.assume_constant_result`, keyed by the op, the requested
+implementation and the inputs' device), then calls that implementation, which Dynamo traces to its
+kernels. Used only for the dispatcher whose source it was written from (Liger 0.8.5).
+
 Installed by `_compat.capturing()` for the duration of a capture; outside a trace the function that
 stands in gives the original's answers (its tracing checks answer False there anyway).
 Reading a tensor's value costs what it costs eager: the call waits for the device there.
@@ -90,6 +99,46 @@ def _every_expert(orig):
     return forward
 
 
+# sha256 of `inspect.getsource` of Liger-Kernel 0.8.5's `dispatch` (unwrapped), which _resolved_dispatch restates
+_LIGER_DISPATCH_0_8_5 = "18846b9bf91fe2d343e90385ec07eeaa5930628249a40aadea6dc9d0a70fd681"
+
+
+def _resolved_dispatch(inner):
+    """Liger's dispatch (0.8.5; `inner` its undecorated function) with the implementation chosen by
+    Liger's resolver outside the trace: the choice is a string, a constant of the program, and the
+    implementation is read from Liger's registry by it."""
+    resolve, infer = inner.__globals__["resolve_impl"], inner.__globals__["_infer_device"]
+    registry = sys.modules["liger_kernel.backends.registry"]
+
+    @torch._dynamo.assume_constant_result
+    def chosen(op_name: str, requested, device_index) -> str:
+        return resolve(op_name, requested=requested, device=device_index).impl_name
+
+    def dispatch(op_name, *args, impl=None, backend=None, **kwargs):
+        if impl is None and backend is not None:
+            impl = backend
+        device = infer(args)
+        name = chosen(op_name, impl, None if device is None else device.index)
+        return registry._REGISTRY[(op_name, name)].call(*args, **kwargs)
+
+    return dispatch
+
+
+def _liger_dispatch_swaps() -> list[tuple[object, str, object]]:
+    """Every loaded Liger module's `dispatch` global that is the 0.8.5 dispatcher, with its stand-in."""
+    import inspect
+    module = sys.modules.get("liger_kernel.backends.dispatch")
+    orig = vars(module).get("dispatch") if module is not None else None
+    if orig is None or not inspect.getattr_static(orig, "_torchdynamo_disable", False):
+        return []
+    inner = inspect.unwrap(orig)
+    if _source_digest(inner) != _LIGER_DISPATCH_0_8_5 or "liger_kernel.backends.registry" not in sys.modules:
+        return []
+    stand_in = _resolved_dispatch(inner)
+    return [(m, "dispatch", stand_in) for name, m in list(sys.modules.items())
+            if name.split(".")[0] == "liger_kernel" and m is not None and vars(m).get("dispatch") is orig]
+
+
 def _swaps() -> list[tuple[object, str, object]]:
     """(namespace, name, stand-in) for each library function trident changes, of the libraries the
     process has imported (nothing is imported here)."""
@@ -104,7 +153,7 @@ def _swaps() -> list[tuple[object, str, object]]:
     forward = getattr(experts, "forward", None)
     if forward is not None and _source_digest(forward) == _LIGER_EXPERTS_0_7_0:
         out.append((experts, "forward", _every_expert(forward)))
-    return out
+    return out + _liger_dispatch_swaps()
 
 
 _lock = threading.Lock()

@@ -1,6 +1,6 @@
-"""Liger-Kernel 0.8's fused MoE in Hugging Face's DeepSeek-V2, as `apply_liger_kernel_to_deepseek_v2()`
-puts it there (`LigerExperts` over `LigerFusedMoEFunction`): its tile count is an `.item()`, and its
-two GEMM launches stand under `if num_m_tiles > 0:`, after the layer's cache write. The decode step
+"""Liger-Kernel 0.8's fused MoE in Hugging Face's DeepSeek-V2 and Qwen3-MoE, as
+`apply_liger_kernel_to_deepseek_v2()` and `apply_liger_kernel_to_qwen3_moe()` put it there (`LigerExperts` over `LigerFusedMoEFunction`): its tile count is an `.item()`, and its
+two GEMM launches stand under `if num_m_tiles > 0:`, after the layer's cache write. Each model's decode step
 over a StaticCache is one program: the two launches in a launch region (python/trident/_compat.py:
 WHEN_MARK), their grids the tile count times the condition. Compiled for sm_90 on a CPU (no kernel
 runs here; autotuning pinned to one config by Liger's own switch). Liger 0.8.5 lives beside CI's
@@ -26,16 +26,23 @@ _CHILD = textwrap.dedent("""
     from fake_cuda import capture_as_sm90
     from liger_kernel.transformers import monkey_patch
     warnings.filterwarnings("ignore")
-    monkey_patch.apply_liger_kernel_to_deepseek_v2(fused_linear_cross_entropy=False)
-    cfg = transformers.DeepseekV2Config(
-        vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=64, pad_token_id=0, moe_intermediate_size=32,
-        n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
-        kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
-        n_group=1, topk_group=1)
+    common = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, max_position_embeddings=64, pad_token_id=0)
+    if sys.argv[2] == "deepseek_v2":  # its first layer dense: one MoE layer
+        monkey_patch.apply_liger_kernel_to_deepseek_v2(fused_linear_cross_entropy=False)
+        cfg = transformers.DeepseekV2Config(
+            **common, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
+            num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None,
+            qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, n_group=1, topk_group=1)
+        cls = transformers.DeepseekV2ForCausalLM
+    else:  # qwen3_moe: both layers MoE
+        monkey_patch.apply_liger_kernel_to_qwen3_moe(fused_linear_cross_entropy=False)
+        cfg = transformers.Qwen3MoeConfig(**common, num_key_value_heads=2, head_dim=16, num_experts=4,
+                                          num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+        cls = transformers.Qwen3MoeForCausalLM
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = transformers.DeepseekV2ForCausalLM(cfg).to(torch.bfloat16).eval()
+    model = cls(cfg).to(torch.bfloat16).eval()
 
     def step(ids, cache):
         return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
@@ -49,20 +56,24 @@ _CHILD = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not LIGER_08, reason="scripts/test.sh installs Liger-Kernel 0.8.5 for this test (TRIDENT_TEST_LIGER_08)")
-def test_deepseek_v2_with_liger_fused_moe_is_one_program_with_its_gemms_under_the_tile_condition(tmp_path):
+@pytest.mark.parametrize("name,moe_layers", [("deepseek_v2", 1), ("qwen3_moe", 2)])
+def test_liger_fused_moe_is_one_program_with_its_gemms_under_each_layers_tile_condition(name, moe_layers, tmp_path):
     here = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRIDENT_CACHE_DIR": str(tmp_path / "cache"),
            "LIGER_FUSED_MOE_AUTOTUNE": "0", "PYTHONPATH": os.pathsep.join([LIGER_08, os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", _CHILD, here], env=env, capture_output=True, text=True, timeout=900)
+    run = subprocess.run([sys.executable, "-c", _CHILD, here, name], env=env, capture_output=True, text=True,
+                         timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]
     (line,) = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
     result = json.loads(line[7:])
     assert "LigerExperts" in result["liger"] and "LigerRMSNorm" in result["liger"], result["liger"]
     text = result["text"]
-    (item,) = re.findall(r"(\$\d+) = item %\d+", text)  # the tile count of the one MoE layer
-    (cond,) = re.findall(rf"(\$\d+) = gt {re.escape(item)}, 0", text)
-    grids = re.findall(rf"(\$\d+) = mul {re.escape(item)}, {re.escape(cond)}", text)
-    under = [ln for ln in text.splitlines() if re.match(r"\s*launch \d+ grid\((\$\d+),", ln)
-             and re.match(r"\s*launch \d+ grid\((\$\d+),", ln).group(1) in grids]
-    assert len(under) == 2, text  # the up-projection with SwiGLU and the down-projection
+    items = re.findall(r"(\$\d+) = item %\d+", text)  # each MoE layer's tile count
+    assert len(items) == moe_layers, text
+    for item in items:
+        (cond,) = re.findall(rf"(\$\d+) = gt {re.escape(item)}, 0", text)
+        grids = re.findall(rf"(\$\d+) = mul {re.escape(item)}, {re.escape(cond)}", text)
+        under = [ln for ln in text.splitlines() if re.match(r"\s*launch \d+ grid\((\$\d+),", ln)
+                 and re.match(r"\s*launch \d+ grid\((\$\d+),", ln).group(1) in grids]
+        assert len(under) == 2, text  # the up-projection with SwiGLU and the down-projection
     assert "expect" not in text  # one program for both ways, not a branch per specialization

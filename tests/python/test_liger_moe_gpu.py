@@ -5,7 +5,8 @@ as Liger's `LigerExperts`, a loop over the experts the routing hit (`nonzero`, t
 per expert: data-dependent sizes and trip counts). A decode step over a StaticCache and over a
 DynamicCache, compiled with trident.compile, must run without a fallback with eager's logits and
 tokens, and as one native program (no split into pieces: during capture the experts' loop runs over
-every expert, library_traces.py). (Liger 0.7.0 has no DeepSeek-V2 entry point.)
+every expert, library_traces.py). (Liger 0.7.0 has no DeepSeek-V2 entry point; 0.8.5, where the
+machine has it, runs too: below.)
 
 Each model runs in a process of its own: Liger's patches replace transformers' classes for the rest
 of the process."""
@@ -32,11 +33,19 @@ _CHILD = textwrap.dedent("""
     warnings.filterwarnings("ignore")
     common = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0)
-    if sys.argv[1] == "qwen3_moe":
+    model_name = sys.argv[1].split("@")[0]
+    if model_name == "qwen3_moe":
         monkey_patch.apply_liger_kernel_to_qwen3_moe()
         cfg = transformers.Qwen3MoeConfig(**common, head_dim=16, num_experts=4, num_experts_per_tok=2,
                                           moe_intermediate_size=32, decoder_sparse_step=1)
         cls = transformers.Qwen3MoeForCausalLM
+    elif model_name == "deepseek_v2":  # Liger 0.8.5 only; its first layer dense
+        monkey_patch.apply_liger_kernel_to_deepseek_v2()
+        cfg = transformers.DeepseekV2Config(
+            **{**common, "num_key_value_heads": 4}, moe_intermediate_size=32, n_routed_experts=4,
+            n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=16,
+            q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, n_group=1, topk_group=1)
+        cls = transformers.DeepseekV2ForCausalLM
     else:
         monkey_patch.apply_liger_kernel_to_mixtral()
         cfg = transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2)
@@ -73,7 +82,11 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-_MODELS = ["qwen3_moe", "mixtral"]
+# Liger 0.8.5 (where the GPU machine has it: scripts/device_wheels.sh) replaces the experts' loop by
+# its fused MoE (an `.item()` per layer for the tile count) and dispatches rotary through its
+# torch.compiler.disable'd dispatcher (library_traces.py): Qwen3-MoE and DeepSeek-V2 as well.
+LIGER_08 = os.environ.get("TRIDENT_TEST_LIGER_08")
+_MODELS = ["qwen3_moe", "mixtral"] + (["qwen3_moe@0.8.5", "deepseek_v2@0.8.5"] if LIGER_08 else [])
 _RUNS: dict = {}
 
 
@@ -83,8 +96,10 @@ def _rows(name, tmp_path_factory):
     if name not in _RUNS:
         cache = tmp_path_factory.mktemp("cache")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRIDENT_CACHE_DIR": str(cache)}
-        runs = {m: subprocess.Popen([sys.executable, "-c", _CHILD, m], env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for m in _MODELS if m not in _RUNS}
+        env_08 = {**env, "PYTHONPATH": os.pathsep.join([LIGER_08 or "", os.environ.get("PYTHONPATH", "")])}
+        runs = {m: subprocess.Popen([sys.executable, "-c", _CHILD, m], env=env_08 if "@0.8.5" in m else env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for m in _MODELS if m not in _RUNS}
         for m, run in runs.items():
             out, err = run.communicate(timeout=600)
             assert run.returncode == 0, (m, err[-4000:])

@@ -172,6 +172,11 @@ struct Spec {
   // Nonempty: why the body may not run as a CUDA graph (it computes on the host, which a replay
   // would not repeat): `graph off "a tensor on the CPU ..."`.
   std::string graph_off;
+  // Nonempty: the body reads a device value on the host (`item`) and where it first does, with the
+  // user's line: `graph reads "it reads a device value on the host at model.py:12 (...)"`. A CUDA
+  // graph of it is split there into segments (spec_graphs.h, Segments), or graph mode is off for it
+  // with this as the reason.
+  std::string host_read;
   std::vector<Instr> body;
 };
 

@@ -489,9 +489,11 @@ Module parse_module(const std::string& text) {
         do s.writes.push_back(static_cast<int32_t>(lx.integer()));
         while (lx.accept(","));
       } else if (lx.accept("graph")) {
-        lx.expect("off");
-        s.graph_off = lx.string();
-        if (s.graph_off.empty()) lx.fail("a nonempty reason");
+        const bool reads = lx.accept("reads");
+        if (!reads) lx.expect("off");
+        std::string& why = reads ? s.host_read : s.graph_off;
+        why = lx.string();
+        if (why.empty()) lx.fail("a nonempty reason");
       } else s.body.push_back(instr(lx));
     }
     m.specs.push_back(std::move(s));

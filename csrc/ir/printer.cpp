@@ -214,6 +214,7 @@ std::string print(const Spec& s) {
     out += "\n";
   }
   if (!s.graph_off.empty()) out += "  graph off " + quote(s.graph_off) + "\n";
+  if (!s.host_read.empty()) out += "  graph reads " + quote(s.host_read) + "\n";
   for (const auto& in : s.body) out += "  " + print_instr(in) + "\n";
   return out + "}\n";
 }

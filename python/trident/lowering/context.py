@@ -19,7 +19,7 @@ class LoweringContext(Protocol):
     pending_copy: Any               # a builtin copy held back to share one launch (builtin_lower.copy)
     when: dict                      # launch region -> the $N of its condition (data_values.lower_when)
     region_launches: dict           # launch region -> its launches lowered under it (check_regions)
-    host_read: str                  # where the program first reads a device value on the host (graph off)
+    host_read: str                  # where the program first reads a device value on the host (graph reads)
 
     # -- what the spec holds so far
     lines: list[str]                # the body's host IR lines, in order (hir.py writes each)

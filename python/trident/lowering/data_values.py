@@ -45,8 +45,8 @@ def _unbacked_symbol(v) -> sympy.Symbol | None:
 
 
 def _item(lw, node: fx.Node, v: str, src: str) -> None:
-    """`v = item src`: the host waits for the device to read a value, which no CUDA graph can hold;
-    the first such read is the program's `graph off` reason (lower.py)."""
+    """`v = item src`: the host waits for the device to read a value, which no one CUDA graph can
+    hold; the first such read is the program's `graph reads` line (lower.py)."""
     lw.lines.append(hir.item(v, src))
     if not lw.host_read:
         from .lower import user_file_line

@@ -96,6 +96,12 @@ def graph_off(why: str) -> str:
     return f"graph off {quote(why)}"
 
 
+def graph_reads(where: str) -> str:
+    """`graph reads "..."`: where the program first reads a device value on the host (its CUDA graphs
+    split there, or none: csrc/runtime/graphs/spec_graphs.h)."""
+    return f"graph reads {quote(where)}"
+
+
 def kernel(index: int, ck, cubin_path: str, nan_padding: tuple = ()) -> str:
     """`kernel K "name" "path.cubin" "ptr,i32,..." warps W ctas C shared S gscratch SIZE ALIGN
     pscratch SIZE ALIGN pdl 0 coop 0`: a compiled Triton kernel (triton_specialize.

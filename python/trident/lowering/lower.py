@@ -833,10 +833,14 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     lines += ["  " + k for k in body.kernels]
     if written:
         lines.append("  " + hir.writes(written))
-    host = _host_tensor(ep, lw.env) or (f"it reads a device value on the host at {lw.host_read} (an .item(), a data-dependent "
-                                f"size or branch)" if lw.host_read else "")
+    # A tensor on the host keeps the program out of graph mode; a host read alone splits its graph
+    # into segments there, where the runtime's TRIDENT_GRAPH_SEGMENTS allows (spec_graphs.h).
+    host = _host_tensor(ep, lw.env)
     if host:
         lines.append("  " + hir.graph_off(host))
+    elif lw.host_read:
+        lines.append("  " + hir.graph_reads(f"it reads a device value on the host at {lw.host_read} (an .item(), a "
+                                            f"data-dependent size or branch)"))
     lines += ["  " + b for b in body.text.splitlines()]
     lines.append("}")
     return Lowered("\n".join(lines) + "\n", body.state, body.ops, body.kernels, body.guards, body.kernel_notes,

@@ -98,10 +98,11 @@ PyObject* python_error_type(trd_frame::ErrorKind kind) {
 }
 
 // Graph mode (runtime/graphs/spec_graphs.h): this run as a replay of the spec's graph for these arguments,
-// or captured now and replayed; false when neither applies and the program is to run as it is.
-bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t spec, trd_frame& f, const FlatArgs& flat,
-                 const std::shared_ptr<const StateSet>& state, int64_t* out_ints) {
-  if (!st.graphs || !f.below_autograd || !f.keeps_buffers) return false;
+// or captured now and replayed (1); 0 when neither applies and the program is to run as it is; -1 when
+// a replay in segments failed after issuing work (f.error: the call fails, the program does not run again).
+int run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t spec, trd_frame& f, const FlatArgs& flat,
+                const std::shared_ptr<const StateSet>& state, int64_t* out_ints) {
+  if (!st.graphs || !f.below_autograd || !f.keeps_buffers) return 0;
   runtime::SpecGraphs& graphs = mod.graphs(spec);
   runtime::SpecGraphs::Call c;
   c.leaves = flat.leaves.data();
@@ -114,9 +115,11 @@ bool run_graphed(const ScmState& st, const runtime::LoadedModule& mod, int32_t s
   c.mod = &mod;
   c.spec = spec;
   runtime::SpecGraphs::Keyed k;
-  if (!graphs.key_of(c, k)) return false;
-  if (graphs.replay(c, k, f, out_ints)) return true;
-  return graphs.should_capture(k) && graphs.capture(mod, spec, c, k, f, out_ints, mod.num_out_ints(spec));
+  if (!graphs.key_of(c, k)) return 0;
+  if (graphs.replay(c, k, f, out_ints)) return 1;
+  if (!f.error.empty()) return -1;
+  if (graphs.should_capture(k) && graphs.capture(mod, spec, c, k, f, out_ints, mod.num_out_ints(spec))) return 1;
+  return f.error.empty() ? 0 : -1;
 }
 
 // The specialization this thread's call found its data's branch missing in last (run_spec), while
@@ -164,8 +167,8 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   {
     std::optional<at::AutoDispatchBelowAutograd> below_autograd;
     if (f.below_autograd) below_autograd.emplace();
-    ok = run_graphed(*st, mod, spec, f, flat, state, out_ints.data()) ||
-         mod.run(spec, f, flat.leaves.data(), out_ints.data());
+    const int graphed = run_graphed(*st, mod, spec, f, flat, state, out_ints.data());
+    ok = graphed > 0 || (graphed == 0 && mod.run(spec, f, flat.leaves.data(), out_ints.data()));
   }
   t_running_without_gil = outer_without_gil;
   if (released) PyEval_RestoreThread(released);  // with run_mu held: see above

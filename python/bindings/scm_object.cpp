@@ -272,7 +272,9 @@ PyObject* scm_counters(PyObject* py_self, PyObject*) {
       {"graph_patches", PyLong_FromLongLong(graphs.patches)},
       {"graph_scalar_patches", PyLong_FromLongLong(graphs.scalar_patches)},
       {"graph_patched_nodes", PyLong_FromLongLong(graphs.patched_nodes)},
-      {"graph_result_nodes", PyLong_FromLongLong(graphs.result_nodes)}};
+      {"graph_result_nodes", PyLong_FromLongLong(graphs.result_nodes)},
+      {"graph_segments", PyLong_FromLongLong(graphs.segments)},
+      {"graph_read_misses", PyLong_FromLongLong(graphs.read_misses)}};
   bool ok = true;
   for (const auto& [name, value] : more) {
     ok = ok && value && PyDict_SetItemString(d, name, value) == 0;

@@ -52,16 +52,55 @@ def rows_above(x, limit):
     return x.new_zeros(n) + 1
 
 
-def test_a_program_reading_a_device_value_on_the_host_is_marked_graph_off(monkeypatch):
-    """Where every tensor is on the device, an `.item()` still stops graphs: the spec says so from the
-    start (the first read's line) instead of failing a capture on the GPU."""
+def test_a_program_reading_a_device_value_on_the_host_says_where(monkeypatch):
+    """Where every tensor is on the device, an `.item()` is the program's `graph reads` line (the first
+    read's line): its graphs split there, or stop, instead of failing a capture on the GPU."""
     from trident.lowering import lower as lower_mod
     monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep, env: "")  # as if every tensor were a CUDA one
     ir = trident.controller(trident.compile(rows_above)).lower_call(torch.arange(8.0), 3.0).text
     line = rows_above.__code__.co_firstlineno + 1
-    assert f'graph off "it reads a device value on the host at test_graphs_cpu.py:{line}' in ir, ir
+    assert f'graph reads "it reads a device value on the host at test_graphs_cpu.py:{line}' in ir, ir
+    assert "graph off" not in ir
     plain = trident.controller(trident.compile(accumulate)).lower_call(torch.ones(2), torch.zeros(2)).text
-    assert "graph off" not in plain
+    assert "graph off" not in plain and "graph reads" not in plain
+
+
+def rows_above_or_none(x, limit):
+    n = int((x > limit).sum().item())
+    if n > 2:  # a branch on the value read: `expect`
+        return x.new_zeros(n) + 1
+    return x * 0
+
+
+@pytest.mark.parametrize("segments", ["", "1"])
+def test_a_host_read_keeps_graphs_off_unless_segments_are_on(monkeypatch, segments):
+    """The runtime's choice at load (csrc/runtime/graphs/spec_graphs.h, Segments): without
+    TRIDENT_GRAPH_SEGMENTS=1 the read stops graphs and explain names it and the switch; with it, the
+    spec's graphs are split there (explain says so); a program that also branches on the value keeps
+    graphs off either way. The CPU runs every call plainly, with eager's results."""
+    from trident.lowering import lower as lower_mod
+    monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep, env: "")
+    monkeypatch.setenv("TRIDENT_GRAPH_SEGMENTS", segments)
+    line = rows_above.__code__.co_firstlineno + 1
+    fast = trident.compile(rows_above, graphs=True)
+    for limit in (3.0, 5.0, 3.0):
+        torch.testing.assert_close(fast(torch.arange(8.0), limit), rows_above(torch.arange(8.0), limit), rtol=0, atol=0)
+    text = trident.explain(fast)
+    read = f"it reads a device value on the host at test_graphs_cpu.py:{line}"
+    if segments:
+        assert f"spec 0's CUDA graphs are split into segments at each host read" in text and read in text, text
+        assert "does not replay as a CUDA graph" not in text
+    else:
+        assert f"spec 0 does not replay as a CUDA graph: {read}" in text, text
+        assert "TRIDENT_GRAPH_SEGMENTS=1 splits its graphs there" in text
+    c = trident.counters(fast)
+    assert (c["graphs"], c["graph_segments"], c["graph_read_misses"]) == (0, 0, 0)
+
+    branching = trident.compile(rows_above_or_none, graphs=True)
+    for limit in (3.0, 6.0):
+        torch.testing.assert_close(branching(torch.arange(8.0), limit), rows_above_or_none(torch.arange(8.0), limit),
+                                   rtol=0, atol=0)
+    assert "and branches on data" in trident.explain(branching), trident.explain(branching)
 
 
 def test_without_graphs_explain_says_nothing_of_them():

@@ -113,6 +113,46 @@ void ScalarPatch::record_launch(int32_t site, const KernelInfo& k, const c10::Sm
   events_.push_back(std::move(e));
 }
 
+void ScalarPatch::record_read(const at::Tensor& t, bool as_float, int64_t value) {
+  Event e;
+  e.read = static_cast<int32_t>(reads_.size());
+  events_.push_back(std::move(e));
+  reads_.push_back({t, as_float, value});
+}
+
+void ScalarPatch::begin_walk(size_t at, int64_t value) {
+  begin();
+  walk_at_ = at;
+  walk_reads_ = 0;
+  walk_value_ = value;
+  walked_live_ = false;
+}
+
+bool ScalarPatch::walk_read(trd_frame& f, int64_t* out) {
+  if (at_ >= events_.size() || events_[at_].read < 0)
+    return refuse("the program read the device elsewhere than at the capture");
+  const Event& e = events_[at_++];
+  if (static_cast<size_t>(e.read) != walk_reads_++) return refuse("the program read the device elsewhere than at the capture");
+  if (static_cast<size_t>(e.read) < walk_at_) {
+    *out = reads_[e.read].value;
+    return true;
+  }
+  *out = walk_value_;
+  walked_live_ = true;
+  walk_at_ = kNoWalk;
+  f.patch = nullptr;  // the rest of the run is a plain one
+  return true;
+}
+
+bool ScalarPatch::holds(const at::Tensor& t) const {
+  if (!t.defined() || !t.has_storage()) return false;
+  const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  for (const Event& e : events_)
+    for (const Result& r : e.results)
+      if (r.t.defined() && r.t.has_storage() && r.t.storage().unsafeGetStorageImpl() == s) return true;
+  return false;
+}
+
 void ScalarPatch::finish(CUgraphExec exec, const std::vector<DirectResult>& direct,
                          const std::vector<std::pair<int32_t, at::Tensor>>& captured) {
   exec_ = exec;
@@ -187,6 +227,8 @@ void ScalarPatch::begin() {
   at_ = 0;
   refusal_.clear();
   nodes_set_ = 0;
+  walk_at_ = kNoWalk;
+  walked_live_ = false;
 }
 
 bool ScalarPatch::refuse(const std::string& why) {
@@ -195,7 +237,7 @@ bool ScalarPatch::refuse(const std::string& why) {
 }
 
 ScalarPatch::Event* ScalarPatch::next(int32_t site, bool launch) {
-  if (at_ >= events_.size() || events_[at_].site != site || events_[at_].launch != launch) {
+  if (at_ >= events_.size() || events_[at_].site != site || events_[at_].launch != launch || events_[at_].read >= 0) {
     refuse("the program ran other sites than at the capture");
     return nullptr;
   }
@@ -235,6 +277,7 @@ bool ScalarPatch::patch_launch(int32_t site, const LaunchSite& s, const KernelIn
   if (same_grid && std::equal(a.slots.begin(), a.slots.end(), e->slots.begin())) return true;
   const ir::Kernel& decl = k.decl();
   const std::string kernel = "Triton kernel " + s.name;
+  if (walking()) return refuse(kernel + " takes other values than at the capture of a graph in segments");
   if (!e->node) return refuse(kernel + " launched nothing at the capture (an empty grid) or its node was not found");
   if (static_cast<uint64_t>(grid[0]) * grid[1] * grid[2] == 0) return refuse(kernel + "'s grid is empty for these values");
   if (std::string no = unpatchable(decl, !same_grid); !no.empty()) return refuse(kernel + " has " + no);

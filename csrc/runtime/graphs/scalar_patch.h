@@ -35,6 +35,13 @@
 //     and in a patch run the result's allocation site gives a tensor where the replay's is, so the
 //     launches the patch computes write there too. Such a graph has a record even without scalars:
 //     a rebind undoes these rewrites as it undoes a patch, and the patch run after it redoes them.
+//   - Host reads (a graph in segments, spec_graphs.h). The capture run records each read (`item`)
+//     as the end of a segment: the tensor read, over where the graph has it, and the value the
+//     capture assumed. A replay that reads another value there walks the program again (walk mode):
+//     every site before that read takes its recorded turn as in a patch, but nothing may differ
+//     (a graph in segments is keyed by its scalars, so nothing does: a difference refuses, it is
+//     never rewritten), earlier reads give their recorded values, and that read gives the value read
+//     and clears the frame's patch, so that the rest of the run issues its work as a plain run does.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -99,6 +106,26 @@ class ScalarPatch {
   const std::string& refusal() const { return refusal_; }
   int64_t nodes_set() const { return nodes_set_; }  // by the last patch
 
+  // Host reads. Record mode, at a read: `t` over where the graph's nodes have the tensor read,
+  // whether the program takes it as a float, and the value the capture assumed (int64_t, or a
+  // double's bits); the launches recorded after it belong to the next segment.
+  struct Read {
+    at::Tensor t;
+    bool as_float = false;
+    int64_t value = 0;
+  };
+  void record_read(const at::Tensor& t, bool as_float, int64_t value);
+  const std::vector<Read>& reads() const { return reads_; }
+  // Walk mode: begin_walk(at, value) before the run; each read then takes walk_read: the recorded
+  // value before read `at`, `value` at it, after which the frame's patch is cleared (a plain run
+  // from there: walked_live()). holds(t): t's memory is a recorded result's (the graph's own), which
+  // the next replay overwrites.
+  void begin_walk(size_t at, int64_t value);
+  bool walking() const { return walk_at_ != kNoWalk; }
+  bool walk_read(trd_frame& f, int64_t* out);
+  bool walked_live() const { return walked_live_; }
+  bool holds(const at::Tensor& t) const;
+
   // Direct results, in finish()'s order: their slots. want(i, address) says where a replay's tensor
   // for the i-th is; a patch run then computes the launches' pointers at it (its allocation site
   // gives a tensor there), and point_results() rewrites the nodes that still write elsewhere: the
@@ -115,8 +142,9 @@ class ScalarPatch {
     int32_t direct = -1;     // >= 0: direct result direct_[direct]: given at its `want` in a patch
   };
   struct Event {
-    int32_t site = -1;
+    int32_t site = -1;    // -1: a host read, reads_[read]
     bool launch = false;
+    int32_t read = -1;
     c10::SmallVector<int64_t, 8> dyn;                // ATen: the dyn values it took
     std::vector<Result> results;                     // ATen: per result slot
     CUgraphNode node = nullptr;                      // launch: its node (null: launched nothing)
@@ -139,8 +167,13 @@ class ScalarPatch {
   // false with the refusal set.
   bool set_node(Event& e, const uint32_t* grid, const c10::SmallVector<uint64_t, 16>& slots);
 
+  static constexpr size_t kNoWalk = SIZE_MAX;
   CUgraphExec exec_ = nullptr;  // set by finish()
   std::vector<Event> events_;
+  std::vector<Read> reads_;
+  size_t walk_at_ = kNoWalk, walk_reads_ = 0;
+  int64_t walk_value_ = 0;
+  bool walked_live_ = false;
   size_t at_ = 0;
   std::string refusal_;
   int64_t nodes_set_ = 0;

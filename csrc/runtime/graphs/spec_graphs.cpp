@@ -22,6 +22,16 @@ namespace {
 
 thread_local bool t_in_capture = false;
 
+// A capture in segments (Segments): the stream it runs on, the segments it has ended, and the values
+// it assumes at its reads, in order. Set for the capture run's duration.
+struct SegmentCapture {
+  CUstream side = nullptr;
+  const std::vector<int64_t>* assumed = nullptr;
+  size_t next = 0;
+  std::vector<CUgraph> ended;
+};
+thread_local SegmentCapture* t_segments = nullptr;
+
 constexpr int kGraphStream = 1;  // cuda::private_stream purpose
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
@@ -81,9 +91,79 @@ struct ResultCopy {
   CUdeviceptr held;
 };
 
+// A graph in segments' read (Segments): the value `r.t` holds now, as the program takes it (rt_item:
+// an int64_t, or a double's bits), read on `s` after the work queued there. False with *why.
+bool read_value(const ScalarPatch::Read& r, CUstream s, int64_t* out, std::string* why) {
+  const at::Tensor& t = r.t;
+  const auto& d = cuda::driver();
+  const at::ScalarType type = t.scalar_type();
+  const bool integral = type == at::kBool || type == at::kByte || type == at::kChar || type == at::kShort ||
+                        type == at::kInt || type == at::kLong;
+  if (integral || (r.as_float && (type == at::kFloat || type == at::kDouble))) {
+    unsigned char raw[8] = {0};
+    const size_t n = t.element_size();
+    CUresult e = d.MemcpyDtoHAsync(raw, reinterpret_cast<CUdeviceptr>(t.data_ptr()), n, s);
+    if (e == CUDA_SUCCESS) e = d.StreamSynchronize(s);
+    if (e != CUDA_SUCCESS) return *why = "reading a device value between a graph's segments: " + driver_error(e), false;
+    int64_t i = 0;
+    double x = 0.0;
+    switch (type) {
+      case at::kBool: i = raw[0] != 0; break;
+      case at::kByte: i = raw[0]; break;
+      case at::kChar: i = static_cast<int8_t>(raw[0]); break;
+      case at::kShort: { int16_t v; std::memcpy(&v, raw, 2); i = v; break; }
+      case at::kInt: { int32_t v; std::memcpy(&v, raw, 4); i = v; break; }
+      case at::kLong: std::memcpy(&i, raw, 8); break;
+      case at::kFloat: { float v; std::memcpy(&v, raw, 4); x = v; break; }
+      default: std::memcpy(&x, raw, 8); break;  // double
+    }
+    if (integral && r.as_float) x = static_cast<double>(i);
+    if (r.as_float) std::memcpy(out, &x, sizeof x);
+    else *out = i;
+    return true;
+  }
+  try {  // other types as rt_item reads them (on the current stream, which is s)
+    const c10::Scalar v = t.item();
+    if (r.as_float) {
+      const double x = v.toDouble();
+      std::memcpy(out, &x, sizeof x);
+    } else {
+      *out = v.isBoolean() ? static_cast<int64_t>(v.toBool()) : v.toLong();
+    }
+    return true;
+  } catch (const std::exception& e) {
+    *why = std::string("Tensor.item(): ") + e.what();
+    return false;
+  }
+}
+
+std::string read_words(bool as_float, int64_t v) {
+  if (!as_float) return std::to_string(v);
+  double x;
+  std::memcpy(&x, &v, sizeof x);
+  return std::to_string(x);
+}
+
 }  // namespace
 
 bool in_graph_capture() { return t_in_capture; }
+
+bool capture_host_read(trd_frame& f, const at::Tensor& t, bool as_float, int64_t* out, std::string* why) {
+  SegmentCapture* cx = t_segments;
+  if (!cx) return *why = "the program reads a device value on the host under stream capture", false;
+  if (cx->next >= cx->assumed->size())
+    return *why = "the program reads the device more often than its last plain run did", false;
+  const auto& d = cuda::driver();
+  CUgraph ended = nullptr;
+  if (const CUresult r = d.StreamEndCapture(cx->side, &ended); r != CUDA_SUCCESS || !ended)
+    return *why = "cuStreamEndCapture at a host read: " + driver_error(r), false;
+  cx->ended.push_back(ended);
+  *out = (*cx->assumed)[cx->next++];
+  if (f.patch) f.patch->record_read(tensor_over(t, reinterpret_cast<uint64_t>(t.data_ptr())), as_float, *out);
+  if (const CUresult r = d.StreamBeginCapture(cx->side, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); r != CUDA_SUCCESS)
+    return *why = "cuStreamBeginCapture after a host read: " + driver_error(r), false;
+  return true;
+}
 
 struct SpecGraphs::Graph {
   Key key;
@@ -109,6 +189,9 @@ struct SpecGraphs::Graph {
   std::unique_ptr<ScalarPatch> patch;
   c10::SmallVector<int64_t, 8> scalars;
   bool patched = false;  // a patch or a direct result's pointing has rewritten a node
+  // A graph in segments (Segments): per host read, the segment it ends (graph, executable), in
+  // order; the last stretch is graph/exec. The reads themselves are the patch record's.
+  std::vector<std::pair<CUgraph, CUgraphExec>> segments;
 
   const at::Tensor& output(int32_t slot) const {
     return std::find_if(outputs.begin(), outputs.end(), [&](const auto& o) { return o.first == slot; })->second;
@@ -120,6 +203,10 @@ struct SpecGraphs::Graph {
     // blocks go back to PyTorch after the tensors over them.
     if (exec) cuda::driver().GraphExecDestroy(exec);
     if (graph) cuda::driver().GraphDestroy(graph);
+    for (auto& [sg, sx] : segments) {
+      if (sx) cuda::driver().GraphExecDestroy(sx);
+      if (sg) cuda::driver().GraphDestroy(sg);
+    }
     copies.clear();
     capture_targets.clear();
     outputs.clear();
@@ -136,10 +223,23 @@ int64_t SpecGraphs::byte_limit() {
 
 bool SpecGraphs::direct_results_on() { return env_switch_set("TRIDENT_GRAPH_DIRECT_RESULTS"); }
 
+bool SpecGraphs::segments_on() { return env_switch_set("TRIDENT_GRAPH_SEGMENTS"); }
+
 SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed,
-                       std::vector<DirectResult> direct)
-    : writes_(std::move(writes)), result_kind_(result_kind), scalars_keyed_(std::move(scalars_keyed)) {
-  if (direct_results_on()) direct_ = std::move(direct);
+                       std::vector<DirectResult> direct, const std::string& host_read, bool branches)
+    : writes_(std::move(writes)), result_kind_(result_kind), host_read_(host_read), scalars_keyed_(std::move(scalars_keyed)) {
+  if (!host_read.empty() && graph_off.empty()) {
+    if (branches) graph_off = host_read + ", and branches on data";
+    else if (!segments_on()) graph_off = host_read + "; TRIDENT_GRAPH_SEGMENTS=1 splits its graphs there (experimental)";
+    else segmented_ = true;
+  }
+  if (segmented_) {
+    // What a replay launches past a read must be what the program issues: keyed by its scalars, and
+    // (capture) by its arguments' addresses, no direct results.
+    if (scalars_keyed_.empty()) scalars_keyed_ = "its graphs are split at host reads (" + host_read + ")";
+  } else if (direct_results_on()) {
+    direct_ = std::move(direct);
+  }
   if (!graph_off.empty()) stop(graph_off);
 }
 SpecGraphs::~SpecGraphs() = default;
@@ -154,6 +254,8 @@ GraphStats SpecGraphs::stats() const {
   s.scalar_patches = scalar_patches_;
   s.patched_nodes = patched_nodes_;
   s.result_nodes = result_nodes_;
+  for (const auto& g : graphs_) s.segments += static_cast<int64_t>(g->segments.size());
+  s.read_misses = read_misses_;
   return s;
 }
 
@@ -170,8 +272,10 @@ void SpecGraphs::key_scalars(const std::string& why) {
 }
 
 bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
-  if (stopped_) return false;
+  // No CUDA in this torch, or no device (a CUDA build on a machine without one): no graphs to ask for.
+  if (stopped_ || !c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return false;
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  if (impl->deviceCount() == 0) return false;
   const int dev = impl->getDevice().index();
   Key& key = kd.key;
   c10::SmallVector<bool, 32>& copied = kd.copied;
@@ -231,7 +335,7 @@ at::Tensor SpecGraphs::result(const Call& c, int32_t slot, const at::Tensor& lik
 }
 
 std::string SpecGraphs::launch(Graph& g, const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, bool rebound,
-                               std::string* patch_why, bool* refused) {
+                               Outcome* o) {
   const auto& d = cuda::driver();
   auto s = static_cast<CUstream>(k.stream);
   // A copied argument is read where the caller has it when few nodes hold its buffer's address and
@@ -270,8 +374,11 @@ std::string SpecGraphs::launch(Graph& g, const Call& c, const Keyed& k, trd_fram
   // (a patch, a pointing) or is about to be (point_results() rewrites a node from the record's
   // slots, which would put back the capture's argument addresses).
   if (k.scalars != g.scalars || (rebound && (g.patched || !direct.empty()))) {
-    *patch_why = patch(g, c, k, want, f, refused);
-    if (!patch_why->empty()) return {};
+    o->patch_why = patch(g, c, k, want, f, &o->refused);
+    if (!o->patch_why.empty()) return {};
+  }
+  if (!g.segments.empty()) {
+    if (std::string error = launch_segments(g, c, k, f, out_ints, o); !error.empty() || o->live || o->failed) return error;
   }
   if (!direct.empty()) {
     std::string why;
@@ -356,25 +463,93 @@ bool SpecGraphs::replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* ou
 }
 
 bool SpecGraphs::replay_front(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, bool rebound) {
-  std::string patch_why;
-  bool refused = false;
-  const std::string error = launch(*graphs_.front(), c, k, f, out_ints, rebound, &patch_why, &refused);
-  if (patch_why.empty()) return launched(error);
+  Outcome o;
+  const std::string error = launch(*graphs_.front(), c, k, f, out_ints, rebound, &o);
+  if (o.failed || o.live) {
+    // The live run's kernels may still read the graph's memory: they end before the pool goes.
+    cuda::driver().StreamSynchronize(static_cast<CUstream>(k.stream));
+    graphs_.pop_front();
+    if (o.failed) return false;  // f.error: the call fails
+    if (++read_misses_ >= kReadMisses)
+      stop(host_read_ + ": its value differed from the one its graph was captured with in " +
+           std::to_string(read_misses_) + " calls (last " + read_miss_ + ")");
+    return true;
+  }
+  if (o.patch_why.empty()) return launched(error);
   graphs_.pop_front();  // half patched
-  if (refused) key_scalars(patch_why);
+  if (o.refused) key_scalars(o.patch_why);
   return false;
+}
+
+c10::SmallVector<const at::Tensor*, 32> SpecGraphs::patch_args(const Graph& g, const Call& c,
+                                                               const c10::SmallVector<uint64_t, 32>* want) const {
+  c10::SmallVector<const at::Tensor*, 32> args(c.args, c.args + c.nleaves);
+  for (size_t j = 0; j < g.statics.size(); ++j) {
+    const auto& [leaf, buf] = g.statics[j];
+    if (!want || g.static_nodes[j] == 0 || (*want)[g.bound.size() + j] == reinterpret_cast<uint64_t>(buf.data_ptr()))
+      args[leaf] = &buf;
+  }
+  return args;
+}
+
+std::string SpecGraphs::launch_segments(Graph& g, const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints,
+                                        Outcome* o) {
+  const auto& d = cuda::driver();
+  auto s = static_cast<CUstream>(k.stream);
+  const std::vector<ScalarPatch::Read>& reads = g.patch->reads();
+  for (size_t i = 0; i < g.segments.size(); ++i) {
+    if (const CUresult r = d.GraphLaunch(g.segments[i].second, s); r != CUDA_SUCCESS) {
+      if (i == 0) return "cuGraphLaunch: " + driver_error(r);  // nothing of the program ran
+      f.error = "cuGraphLaunch of a graph's segment " + std::to_string(i) + ": " + driver_error(r);
+      o->failed = true;
+      return {};
+    }
+    int64_t v = 0;
+    if (std::string why; !read_value(reads[i], s, &v, &why)) {
+      f.error = why;
+      o->failed = true;
+      return {};
+    }
+    if (v == reads[i].value) continue;
+    read_miss_ = read_words(reads[i].as_float, reads[i].value) + " -> " + read_words(reads[i].as_float, v);
+    live_from(g, c, f, out_ints, i, v, o);
+    return {};
+  }
+  return {};
+}
+
+void SpecGraphs::live_from(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, size_t read, int64_t value,
+                           Outcome* o) {
+  c10::SmallVector<const at::Tensor*, 32> args = patch_args(g, c, nullptr);
+  const at::Tensor* const* caller_args = f.args;
+  f.args = args.data();
+  f.patch = g.patch.get();
+  g.patch->begin_walk(read, value);
+  const int32_t nout = c.mod->num_out_ints(c.spec);
+  c10::SmallVector<int64_t, 16> ints(static_cast<size_t>(std::max(nout, 1)));
+  const bool ran = c.mod->run(c.spec, f, c.leaves, ints.data());
+  f.patch = nullptr;
+  f.args = caller_args;
+  o->failed = true;
+  if (!g.patch->walked_live()) {  // the walk stopped before the read: nothing new ran
+    const std::string why = g.patch->refusal().empty() ? first_line(f.error) : g.patch->refusal();
+    f.error = "trident internal error: a graph in segments could not go on from its host read: " + why;
+    f.error_kind = trd_frame::ErrorKind::kRuntime;
+  }
+  if (!g.patch->walked_live() || !ran) return;  // else the program failed after the read (f.error), as eager would
+  // Results over the graph's memory (made before the read) are copied: the next replay overwrites it.
+  for (int32_t slot = 0; slot < c.mod->num_slots(c.spec); ++slot)
+    if (g.patch->holds(f.slots[slot])) f.slots[slot] = at::clone(f.slots[slot]);
+  std::copy(ints.begin(), ints.begin() + nout, out_ints);
+  o->failed = false;
+  o->live = true;
 }
 
 std::string SpecGraphs::patch(Graph& g, const Call& c, const Keyed& k, const c10::SmallVector<uint64_t, 32>& want,
                               trd_frame& f, bool* refused) {
   if (!g.patch || !c.mod) return *refused = true, "the capture recorded no sites to patch";
-  // The arguments where the nodes hold them: a copied one in the graph's buffer unless its nodes
-  // were pointed at the caller's tensor (launch).
-  c10::SmallVector<const at::Tensor*, 32> args(c.args, c.args + c.nleaves);
-  for (size_t j = 0; j < g.statics.size(); ++j) {
-    const auto& [leaf, buf] = g.statics[j];
-    if (g.static_nodes[j] == 0 || want[g.bound.size() + j] == reinterpret_cast<uint64_t>(buf.data_ptr())) args[leaf] = &buf;
-  }
+  // The arguments where the nodes hold them.
+  c10::SmallVector<const at::Tensor*, 32> args = patch_args(g, c, &want);
   const at::Tensor* const* caller_args = f.args;
   f.args = args.data();
   f.patch = g.patch.get();
@@ -401,6 +576,10 @@ std::string SpecGraphs::patch(Graph& g, const Call& c, const Keyed& k, const c10
 }
 
 bool SpecGraphs::should_capture(const Keyed& k) {
+  // The reads of the plain run before this call are what a capture now assumes; this call's, if it
+  // runs plainly, are noted afresh.
+  assumed_ = std::move(noted_);
+  noted_.clear();
   Key full = k.key;  // keyed by addresses too: a graph that could not rebind serves its own only
   for (uint64_t p : k.ptrs) full.push_back(static_cast<int64_t>(p));
   auto it = std::find_if(recent_.begin(), recent_.end(), [&](const auto& e) { return e.first == full; });
@@ -523,6 +702,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
                          int64_t* out_ints, int32_t nout_ints) {
   const PrivatePoolApi* api = private_pool_api();
   if (!api) return stop("no private memory pool API (trident._compat.private_pool_api)"), false;
+  if (segmented_ && !cuda::driver().segments_api()) return stop("the CUDA driver lacks what graphs in segments need"), false;
   auto g = std::make_unique<Graph>();
   g->key = k.key;
   g->device = k.device;
@@ -549,13 +729,27 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   f.keeps_buffers = false;  // module-kept buffers are memory other runs use: the graph's are its pool's
   // Scalars that may differ from call to call, or results written directly: the capture run records
   // its sites for patches and pointings.
-  if ((scalars_keyed_.empty() && !k.scalars.empty()) || !direct_.empty()) g->patch = std::make_unique<ScalarPatch>();
+  if ((scalars_keyed_.empty() && !k.scalars.empty()) || !direct_.empty() || segmented_)
+    g->patch = std::make_unique<ScalarPatch>();
   g->scalars = k.scalars;
   f.patch = g->patch.get();
   CUgraph graph = nullptr;
   std::vector<std::pair<int32_t, at::Tensor>> targets;
+  SegmentCapture segments;
+  segments.side = side;
+  segments.assumed = &assumed_;
+  if (segmented_) t_segments = &segments;
   std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph, &targets, direct_);
+  t_segments = nullptr;
   f.patch = nullptr;
+  // The segments before each read: instantiated, or dropped with the capture.
+  for (CUgraph sg : segments.ended) {
+    CUgraphExec sx = nullptr;
+    if (why.empty())
+      if (const CUresult r = cuda::driver().GraphInstantiateWithFlags(&sx, sg, 0); r != CUDA_SUCCESS)
+        why = "cuGraphInstantiate of a segment: " + driver_error(r), sx = nullptr;
+    g->segments.emplace_back(sg, sx);
+  }
   const int32_t nslots = mod.num_slots(spec);
   for (int32_t s = 0; s < nslots; ++s)
     if (f.slots[s].defined()) g->outputs.emplace_back(s, std::move(f.slots[s]));
@@ -568,7 +762,9 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   std::string bind_why;  // why this graph will not rebind
   if (why.empty() && !movable.empty()) {
     const c10::SmallVector<uint64_t, 32> extents = extents_of(c, k);
-    if (!disjoint(k.ptrs, extents)) {
+    if (segmented_) {
+      bind_why = "its graphs are split at host reads, which a rebind does not follow";
+    } else if (!disjoint(k.ptrs, extents)) {
       bind_why = "its tensor arguments overlap";
     } else if (!api->segments) {
       bind_why = "no way to read the private pool's segments (trident._compat.private_pool_api)";

@@ -59,6 +59,22 @@
 //     the capture run's, or the last scalar patch's, which computes them. A program whose results
 //     share memory with an argument, module state or each other is not replayed (its results could
 //     not be copied faithfully): graphs stop for the spec, with the reason.
+//   - Segments (TRIDENT_GRAPH_SEGMENTS=1; off by default until it has run on a GPU). A program that
+//     reads a device value on the host (`item`: a size, a tile count, a grid) cannot be one graph: its
+//     host waits there. Its graph is split at each read into segments captured in one private pool.
+//     The capture issues nothing: a read ends the segment being captured, and the program goes on
+//     with the value the spec's previous plain run read there (note_read). A replay launches each
+//     segment, reads the value on the host (the caller's stream, synchronized), and launches the
+//     next only where the value is the one the capture assumed: the program's work is a function of
+//     its key and the values read (the graph is keyed by its scalars, and by its arguments'
+//     addresses: no rebind, no direct results), so the rest of the graph is what the program would
+//     issue. Another value: the program is walked again up to that read (scalar_patch.h: each site's
+//     recorded results, nothing issued) and runs as a plain run from there, over the graph's tensors,
+//     so nothing before the read runs twice; a result over the graph's memory is copied out. The graph
+//     is then dropped (the key captures again, assuming the new value); after kReadMisses such calls
+//     graphs stop for the spec, with the read's line. An error after the first segment's launch
+//     fails the call (work before it ran; running the program again would repeat it). A program that
+//     also branches on data (`expect`) is not split: its graphs are off, as without the switch.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -90,7 +106,14 @@ struct GraphStats {
   int64_t graphs = 0, captures = 0, replays = 0, rebinds = 0, patches = 0;
   int64_t scalar_patches = 0, patched_nodes = 0;  // replays patched for new scalars; nodes they rewrote
   int64_t result_nodes = 0;  // nodes pointed at a replay's result tensor (direct results)
+  int64_t segments = 0;      // host reads splitting the graphs held now (Segments)
+  int64_t read_misses = 0;   // replays that read another value than their graph's and went on live
 };
+
+// Graph capture in segments (spec_graphs.h, Segments): the capture run's host read of `t`. Ends the
+// segment being captured, records the read in the frame's patch and begins the next; *out is the value
+// the capture assumes. False with *why: the capture fails (also where the capture is not in segments).
+bool capture_host_read(trd_frame& f, const at::Tensor& t, bool as_float, int64_t* out, std::string* why);
 
 // One spec's graphs. Used under the module's run lock (the bindings' run_spec).
 class SpecGraphs {
@@ -103,6 +126,8 @@ class SpecGraphs {
   static constexpr size_t kRecentKeys = 8;
   static constexpr int kAlignBits = 9;  // 512 bytes: every block of PyTorch's caching allocator
   static constexpr int64_t kDefaultByteLimit = int64_t{1} << 30;
+  static constexpr int kReadMisses = 4;
+  static constexpr size_t kMaxNotedReads = 4096;
   // The most memory one graph's private pool may hold (TRIDENT_GRAPH_BYTES, read once; default
   // kDefaultByteLimit): a larger graph is dropped and graphs stop for the spec (see Memory).
   static int64_t byte_limit();
@@ -126,9 +151,12 @@ class SpecGraphs {
   // result_kind: the reuse kind (buffer_reuse.h) of its results' sites under Call::recycle;
   // scalars_keyed: why its graphs are keyed by its scalars (ScalarPatch::keyed_by), or "";
   // direct: the results its graphs may write straight into a replay's tensors (direct_results.h),
-  // used where direct_results_on().
+  // used where direct_results_on(); host_read: its `graph reads` line (nonempty: graphs in segments,
+  // or none where segments_on() is false or `branches` says the program also branches on data).
   SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed,
-             std::vector<DirectResult> direct = {});
+             std::vector<DirectResult> direct = {}, const std::string& host_read = {}, bool branches = false);
+  // TRIDENT_GRAPH_SEGMENTS=1, read as each specialization loads.
+  static bool segments_on();
   // TRIDENT_GRAPH_DIRECT_RESULTS=1, read as each specialization loads (off by default until it has
   // run on a GPU).
   static bool direct_results_on();
@@ -150,8 +178,13 @@ class SpecGraphs {
   // The call's key; false: the call may not use graphs (see When).
   bool key_of(const Call& c, Keyed& k) const;
   // Replays a graph of this key: the results into f.slots (fresh tensors) and out_ints. False: no
-  // graph for it (the caller runs the program, or captures it).
+  // graph for it (the caller runs the program, or captures it), or, with f.error set, a replay in
+  // segments failed after issuing work: the call fails with that error (capture() likewise).
   bool replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints);
+  // A plain run's host read (rt_table.cpp): the values a capture in segments assumes.
+  void note_read(int64_t value) {
+    if (segmented_ && !stopped_ && noted_.size() < kMaxNotedReads) noted_.push_back(value);
+  }
   // Whether this call, which found no graph, is the one to capture (see When).
   bool should_capture(const Keyed& k);
   // Captures the program of `spec` for this call, then replays it for the call's results (in
@@ -164,6 +197,8 @@ class SpecGraphs {
   const std::string& why() const { return why_; }
   // Why the spec's last graph is keyed by its arguments' addresses (not rebound); empty otherwise.
   const std::string& keyed_by_address() const { return bind_why_; }
+  // Where the spec's graphs are split (its first host read, Segments); empty otherwise.
+  const std::string& segmented_at() const { return segmented_ ? host_read_ : no_words_; }
   // Why the spec's graphs are keyed by its scalars' values (see Scalars); empty otherwise.
   const std::string& scalars_keyed() const { return scalars_keyed_; }
   // Why calls captured graphs of their own beside one the spec had: per kind of difference (the
@@ -178,12 +213,28 @@ class SpecGraphs {
 
  private:
   struct Graph;
+  // How a launch ended, besides its error: a patch that did not complete (patch_why, and refused:
+  // whether a patch cannot serve the spec; nothing launched, the graph half written); a replay in
+  // segments that went on live at a read (live); one that failed after issuing work (failed, with
+  // the frame's error).
+  struct Outcome {
+    std::string patch_why;
+    bool refused = false, live = false, failed = false;
+  };
   // Copies the copied arguments in, patches the graph for the call's scalars where they differ (or
   // after a rebind, `rebound`, of a graph patched before), launches, copies the results out; the
   // error, or empty. A patch that did not complete: *patch_why says why, *refused whether a patch
   // cannot serve the spec; nothing was launched and the graph is half written.
   std::string launch(Graph& g, const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, bool rebound,
-                     std::string* patch_why, bool* refused);
+                     Outcome* o);
+  // A graph in segments: launches each segment but the last, reading the value after it (Segments).
+  // Where a value differs, runs the rest live (live_from) and says so in *o.
+  std::string launch_segments(Graph& g, const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints, Outcome* o);
+  void live_from(Graph& g, const Call& c, trd_frame& f, int64_t* out_ints, size_t read, int64_t value, Outcome* o);
+  // The arguments as a patch or walk of g sees them: a copied one in g's buffer unless its nodes were
+  // pointed at the caller's tensor (`want`, launch's; null: the buffer).
+  c10::SmallVector<const at::Tensor*, 32> patch_args(const Graph& g, const Call& c,
+                                                     const c10::SmallVector<uint64_t, 32>* want) const;
   // Re-runs the spec's program as a patch of g's nodes (scalar_patch.h) with the arguments where the
   // nodes hold them (`want`, launch's); "" when done.
   std::string patch(Graph& g, const Call& c, const Keyed& k, const c10::SmallVector<uint64_t, 32>& want, trd_frame& f,
@@ -200,6 +251,11 @@ class SpecGraphs {
 
   std::vector<int32_t> writes_;
   int32_t result_kind_;
+  bool segmented_ = false;  // graphs in segments (Segments)
+  std::string host_read_;   // the first read's words, for the reasons given
+  std::string no_words_;
+  std::vector<int64_t> noted_, assumed_;  // the reads of the current or last plain run; of the one before
+  std::string read_miss_;  // the last read miss's words, for the next capture's note (recaptures())
   std::vector<DirectResult> direct_;  // empty unless direct_results_on()
   // Per result slot, its allocation site in the module's pool (Call::recycle). Node-based: the pool
   // holds pointers to sites, so they never move; they live as long as the spec, beyond any graph.
@@ -209,7 +265,7 @@ class SpecGraphs {
   bool stopped_ = false;
   std::string why_, bind_why_, scalars_keyed_;
   int64_t captures_ = 0, replays_ = 0, rebinds_ = 0, patches_ = 0, scalar_patches_ = 0, patched_nodes_ = 0;
-  int64_t result_nodes_ = 0;
+  int64_t result_nodes_ = 0, read_misses_ = 0;
   std::vector<Recapture> recaptures_;  // at most kRecaptureKinds kinds
 };
 

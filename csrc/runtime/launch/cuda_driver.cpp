@@ -58,6 +58,8 @@ Driver load() {
   bind_optional(lib, d.GraphLaunch, "cuGraphLaunch");
   bind_optional(lib, d.GraphExecDestroy, "cuGraphExecDestroy");
   bind_optional(lib, d.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  bind_optional(lib, d.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  bind_optional(lib, d.StreamSynchronize, "cuStreamSynchronize");
   bind_optional(lib, d.GraphMemcpyNodeGetParams, "cuGraphMemcpyNodeGetParams");
   bind_optional(lib, d.GraphMemsetNodeGetParams, "cuGraphMemsetNodeGetParams");
   bind_optional(lib, d.GraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2");

@@ -47,6 +47,9 @@ struct Driver {
   CUresult (*GraphLaunch)(CUgraphExec, CUstream);
   CUresult (*GraphExecDestroy)(CUgraphExec);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  // A graph in segments (spec_graphs.h, Segments) reads a device value between two of them. Optional.
+  CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*StreamSynchronize)(CUstream);
   // Rebinding a whole-run graph's argument addresses (graph_rebind.h): read the copies and memsets,
   // rewrite nodes of the executable graph. Optional: null where missing; graphs then bind addresses.
   CUresult (*GraphMemcpyNodeGetParams)(CUgraphNode, CUDA_MEMCPY3D*);
@@ -72,6 +75,7 @@ struct Driver {
     return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphDestroy && StreamIsCapturing &&
            GraphInstantiateWithFlags && GraphLaunch && GraphExecDestroy && MemcpyDtoDAsync;
   }
+  bool segments_api() const { return graph_api() && MemcpyDtoHAsync && StreamSynchronize; }
   bool capture_api() const {
     return StreamCreate && StreamBeginCapture && StreamEndCapture && GraphGetNodes && GraphNodeGetType &&
            (GraphNodeGetDependencies || GraphNodeGetDependencies2) && GraphKernelNodeGetParams && GraphKernelNodeGetAttribute && GraphDestroy &&

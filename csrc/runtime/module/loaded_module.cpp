@@ -68,6 +68,8 @@ GraphStats LoadedModule::graph_stats() const {
     g.scalar_patches += s.scalar_patches;
     g.patched_nodes += s.patched_nodes;
     g.result_nodes += s.result_nodes;
+    g.segments += s.segments;
+    g.read_misses += s.read_misses;
   }
   return g;
 }
@@ -88,7 +90,8 @@ std::vector<LoadedModule::GraphNote> LoadedModule::graph_notes() const {
       continue;
     }
     if (!g.keyed_by_address().empty()) out.push_back({static_cast<int32_t>(s), "addresses", g.keyed_by_address()});
-    if (!g.scalars_keyed().empty()) out.push_back({static_cast<int32_t>(s), "scalars", g.scalars_keyed()});
+    if (!g.segmented_at().empty()) out.push_back({static_cast<int32_t>(s), "segments", g.segmented_at()});
+    else if (!g.scalars_keyed().empty()) out.push_back({static_cast<int32_t>(s), "scalars", g.scalars_keyed()});
   }
   return out;
 }

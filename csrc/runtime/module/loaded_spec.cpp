@@ -1,6 +1,7 @@
 #include "runtime/module/loaded_spec.h"
 #include "common/errors.h"
 
+#include <algorithm>
 #include <dlfcn.h>
 
 #include "ir/text.h"
@@ -71,8 +72,13 @@ std::shared_ptr<LoadedSpec> LoadedSpec::load(const std::string& so_path, const i
   const int32_t result_kind = reuse.kinds.emplace("graph result", static_cast<int32_t>(reuse.kinds.size())).first->second;
   std::vector<ir::Kernel> kernel_decls;
   for (const auto& k : spec->kernels_) kernel_decls.push_back(k->decl());
+  // A program that branches on data (`expect`) is not split at its reads (spec_graphs.h, Segments).
+  const bool branches = std::any_of(ir.body.begin(), ir.body.end(), [](const ir::Instr& in) {
+    return in.kind == ir::Instr::Kind::Check && in.b == 1;
+  });
   spec->graphs_ = std::make_unique<SpecGraphs>(ir.writes, graph_off, result_kind, ScalarPatch::keyed_by(ir),
-                                               direct_results(site_instrs, kernel_decls, spec->output_));
+                                               direct_results(site_instrs, kernel_decls, spec->output_), ir.host_read,
+                                               branches);
   return spec;
 }
 

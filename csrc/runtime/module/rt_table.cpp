@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/graphs/scalar_patch.h"
+#include "runtime/graphs/spec_graphs.h"
 #include "runtime/module/loaded_module.h"
 
 namespace trident::runtime {
@@ -90,14 +91,24 @@ const at::Tensor* tensor_of(const trd_frame* f, int32_t kind, int32_t index) {
   return &f->slots[index];
 }
 
+// A host read. In a graph's patch it refuses, but in the walk of a graph in segments (scalar_patch.h)
+// it gives the recorded value, or the one the replay read; in a capture in segments it ends one
+// (spec_graphs.h); in a plain run the value is noted for the spec's next capture.
 int rt_item(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t* out) {
   if (f->patch && f->patch->patching()) {
+    if (f->patch->walking()) return f->patch->walk_read(*f, out) ? 0 : refused(f);
     f->patch->refuse("the program reads a device value on the host");
     return refused(f);
   }
   const at::Tensor* t = tensor_of(f, kind, index);
   try {
     TORCH_CHECK(t && t->defined(), "item: no tensor at location ", kind, ":", index);
+    if (in_graph_capture()) {
+      std::string why;
+      if (capture_host_read(*f, *t, as_float != 0, out, &why)) return 0;
+      f->error = why;
+      return 1;
+    }
     const c10::Scalar v = t->item();
     if (as_float) {
       const double d = v.toDouble();
@@ -105,6 +116,7 @@ int rt_item(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t
     } else {
       *out = v.isBoolean() ? static_cast<int64_t>(v.toBool()) : v.toLong();
     }
+    if (f->spec) f->spec->graphs().note_read(*out);
     return 0;
   } catch (const c10::Error& e) {
     f->error = std::string("Tensor.item(): ") + e.what_without_backtrace();

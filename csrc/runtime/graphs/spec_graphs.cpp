@@ -750,6 +750,8 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
         why = "cuGraphInstantiate of a segment: " + driver_error(r), sx = nullptr;
     g->segments.emplace_back(sg, sx);
   }
+  if (why.empty() && segmented_ && g->patch->reads().size() != g->segments.size())
+    why = "the capture's host reads and segments do not pair up";
   const int32_t nslots = mod.num_slots(spec);
   for (int32_t s = 0; s < nslots; ++s)
     if (f.slots[s].defined()) g->outputs.emplace_back(s, std::move(f.slots[s]));

@@ -21,6 +21,9 @@ embeddings and its functional API through a dispatcher under `torch.compiler.dis
 runs split). Liger 0.7.0 has no DeepSeek-V2 entry point; `--liger` on that model says so and runs
 HF's own modules. 0.8.5 has one (`apply_liger_kernel_to_deepseek_v2`: RMSNorm, SwiGLU and its fused
 MoE, rotary left alone), which `--liger` uses where 0.8.5 is installed.
+Modes: eager, trident (no graphs), trident-graphs, trident-segments (graphs split at each host read,
+TRIDENT_GRAPH_SEGMENTS=1: Liger 0.8.5's fused MoE reads its tile count per layer), backend, compile,
+reduce-overhead, and generate-eager / generate-hf-compile / generate-trident / generate-trident-graphs.
 Writes DIR/<model>-b<batch>.json and prints one table row per mode."""
 import argparse
 import json
@@ -240,7 +243,7 @@ def profile_generate(model, generate, tokens, path, log, mode):
 
 def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=None):
     # imported by the modes that use it: a run of the other modes never loads trident
-    if mode in ("trident", "trident-graphs", "backend"):
+    if mode in ("trident", "trident-graphs", "trident-segments", "backend"):
         import trident
 
     def step(ids, cache):
@@ -252,7 +255,9 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=No
         fn = step
     elif mode == "trident":
         fn = trident.compile(step, graphs=False)
-    elif mode == "trident-graphs":
+    elif mode in ("trident-graphs", "trident-segments"):
+        # trident-segments: graphs split at each host read (TRIDENT_GRAPH_SEGMENTS=1, read as each
+        # specialization loads, so set for this mode's run only): Liger's fused MoE reads its tile count
         fn = trident.compile(step, graphs=True)
     elif mode == "backend":
         torch._dynamo.reset()
@@ -264,11 +269,16 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=No
         return run_generate(mode, model, prompt, steps, max_len, log, mask, profile_dir)
     else:
         raise SystemExit(f"unknown mode {mode}")
-    toks, dt = decode(fn, model, prompt, steps, max_len)
+    if mode == "trident-segments":
+        os.environ["TRIDENT_GRAPH_SEGMENTS"] = "1"
+    try:
+        toks, dt = decode(fn, model, prompt, steps, max_len)
+    finally:
+        os.environ.pop("TRIDENT_GRAPH_SEGMENTS", None)
     if mode.startswith("trident"):
         counters = trident.counters(fn)
         for line in trident.explain(fn).splitlines():  # why a spec runs without its graph, if one does
-            if "does not replay as a CUDA graph" in line:
+            if "does not replay as a CUDA graph" in line or "split into segments" in line:
                 log(f"{mode}: {line.strip()}")
     if profile_dir is not None:
         profile_step(fn, model, prompt, max_len, profile_dir / f"profile-{mode}.txt", log, mode)

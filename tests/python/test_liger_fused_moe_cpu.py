@@ -47,7 +47,10 @@ _CHILD = textwrap.dedent("""
     def step(ids, cache):
         return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
 
+    from trident.lowering import lower as lower_mod
     with pytest.MonkeyPatch.context() as mp, capture_as_sm90(mp), torch.no_grad():
+        # as if every tensor were a CUDA one, as on the GPU: the program's graph line is its reads'
+        mp.setattr(lower_mod, "_host_tensor", lambda ep, env: "")
         text = trident.controller(trident.compile(step)).lower_call(
             torch.tensor([[5]]), StaticCache(config=cfg, max_cache_len=16)).text
     print("RESULT " + json.dumps({"liger": sorted({type(m).__name__ for m in model.modules() if "Liger" in type(m).__name__}),
@@ -77,3 +80,6 @@ def test_liger_fused_moe_is_one_program_with_its_gemms_under_each_layers_tile_co
                  and re.match(r"\s*launch \d+ grid\((\$\d+),", ln).group(1) in grids]
         assert len(under) == 2, text  # the up-projection with SwiGLU and the down-projection
     assert "expect" not in text  # one program for both ways, not a branch per specialization
+    # graph mode splits its graphs at the first tile count's read (TRIDENT_GRAPH_SEGMENTS=1), Liger's line
+    assert re.search(r'graph reads "it reads a device value on the host at \S*fused_moe\S*\.py:\d+', text), text
+    assert "graph off" not in text

@@ -171,7 +171,7 @@ class ScalarPatch {
   CUgraphExec exec_ = nullptr;  // set by finish()
   std::vector<Event> events_;
   std::vector<Read> reads_;
-  size_t walk_at_ = kNoWalk, walk_reads_ = 0;
+  size_t walk_at_ = kNoWalk;
   int64_t walk_value_ = 0;
   bool walked_live_ = false;
   size_t at_ = 0;

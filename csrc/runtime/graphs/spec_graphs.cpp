@@ -9,6 +9,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "runtime/aten/item_value.h"
 #include "runtime/aten/tensor_over.h"
 #include "runtime/launch/cuda_driver.h"
 #include "runtime/graphs/graph_keys.h"
@@ -123,13 +124,7 @@ bool read_value(const ScalarPatch::Read& r, CUstream s, int64_t* out, std::strin
     return true;
   }
   try {  // other types as rt_item reads them (on the current stream, which is s)
-    const c10::Scalar v = t.item();
-    if (r.as_float) {
-      const double x = v.toDouble();
-      std::memcpy(out, &x, sizeof x);
-    } else {
-      *out = v.isBoolean() ? static_cast<int64_t>(v.toBool()) : v.toLong();
-    }
+    *out = item_value(t, r.as_float);
     return true;
   } catch (const std::exception& e) {
     *why = std::string("Tensor.item(): ") + e.what();
@@ -227,13 +222,13 @@ bool SpecGraphs::segments_on() { return env_switch_set("TRIDENT_GRAPH_SEGMENTS")
 
 SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed,
                        std::vector<DirectResult> direct, const std::string& host_read, bool branches)
-    : writes_(std::move(writes)), result_kind_(result_kind), host_read_(host_read), scalars_keyed_(std::move(scalars_keyed)) {
+    : writes_(std::move(writes)), result_kind_(result_kind), scalars_keyed_(std::move(scalars_keyed)) {
   if (!host_read.empty() && graph_off.empty()) {
     if (branches) graph_off = host_read + ", and branches on data";
     else if (!segments_on()) graph_off = host_read + "; TRIDENT_GRAPH_SEGMENTS=1 splits its graphs there (experimental)";
-    else segmented_ = true;
+    else segmented_at_ = host_read;
   }
-  if (segmented_) {
+  if (!segmented_at_.empty()) {
     // What a replay launches past a read must be what the program issues: keyed by its scalars, and
     // (capture) by its arguments' addresses, no direct results.
     if (scalars_keyed_.empty()) scalars_keyed_ = "its graphs are split at host reads (" + host_read + ")";
@@ -272,10 +267,12 @@ void SpecGraphs::key_scalars(const std::string& why) {
 }
 
 bool SpecGraphs::key_of(const Call& c, Keyed& kd) const {
-  // No CUDA in this torch, or no device (a CUDA build on a machine without one): no graphs to ask for.
-  if (stopped_ || !c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return false;
+  // No CUDA in this torch, or no device (a CUDA build on a machine without one): no graphs to ask
+  // for. Asked once per process, not per call.
+  static const bool cuda_here = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA) &&
+                                c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount() > 0;
+  if (stopped_ || !cuda_here) return false;
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-  if (impl->deviceCount() == 0) return false;
   const int dev = impl->getDevice().index();
   Key& key = kd.key;
   c10::SmallVector<bool, 32>& copied = kd.copied;
@@ -471,7 +468,7 @@ bool SpecGraphs::replay_front(const Call& c, const Keyed& k, trd_frame& f, int64
     graphs_.pop_front();
     if (o.failed) return false;  // f.error: the call fails
     if (++read_misses_ >= kReadMisses)
-      stop(host_read_ + ": its value differed from the one its graph was captured with in " +
+      stop(segmented_at_ + ": its value differed from the one its graph was captured with in " +
            std::to_string(read_misses_) + " calls (last " + read_miss_ + ")");
     return true;
   }
@@ -702,7 +699,8 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
                          int64_t* out_ints, int32_t nout_ints) {
   const PrivatePoolApi* api = private_pool_api();
   if (!api) return stop("no private memory pool API (trident._compat.private_pool_api)"), false;
-  if (segmented_ && !cuda::driver().segments_api()) return stop("the CUDA driver lacks what graphs in segments need"), false;
+  const bool segmented = !segmented_at_.empty();
+  if (segmented && !cuda::driver().segments_api()) return stop("the CUDA driver lacks what graphs in segments need"), false;
   auto g = std::make_unique<Graph>();
   g->key = k.key;
   g->device = k.device;
@@ -729,7 +727,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   f.keeps_buffers = false;  // module-kept buffers are memory other runs use: the graph's are its pool's
   // Scalars that may differ from call to call, or results written directly: the capture run records
   // its sites for patches and pointings.
-  if ((scalars_keyed_.empty() && !k.scalars.empty()) || !direct_.empty() || segmented_)
+  if ((scalars_keyed_.empty() && !k.scalars.empty()) || !direct_.empty() || segmented)
     g->patch = std::make_unique<ScalarPatch>();
   g->scalars = k.scalars;
   f.patch = g->patch.get();
@@ -738,7 +736,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   SegmentCapture segments;
   segments.side = side;
   segments.assumed = &assumed_;
-  if (segmented_) t_segments = &segments;
+  if (segmented) t_segments = &segments;
   std::string why = run_captured(mod, spec, f, c.leaves, out_ints, g->device, side, &graph, &targets, direct_);
   t_segments = nullptr;
   f.patch = nullptr;
@@ -750,7 +748,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
         why = "cuGraphInstantiate of a segment: " + driver_error(r), sx = nullptr;
     g->segments.emplace_back(sg, sx);
   }
-  if (why.empty() && segmented_ && g->patch->reads().size() != g->segments.size())
+  if (why.empty() && segmented && g->patch->reads().size() != g->segments.size())
     why = "the capture's host reads and segments do not pair up";
   const int32_t nslots = mod.num_slots(spec);
   for (int32_t s = 0; s < nslots; ++s)
@@ -764,7 +762,7 @@ bool SpecGraphs::capture(const LoadedModule& mod, int32_t spec, const Call& c, c
   std::string bind_why;  // why this graph will not rebind
   if (why.empty() && !movable.empty()) {
     const c10::SmallVector<uint64_t, 32> extents = extents_of(c, k);
-    if (segmented_) {
+    if (segmented) {
       bind_why = "its graphs are split at host reads, which a rebind does not follow";
     } else if (!disjoint(k.ptrs, extents)) {
       bind_why = "its tensor arguments overlap";

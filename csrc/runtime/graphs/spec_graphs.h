@@ -183,7 +183,7 @@ class SpecGraphs {
   bool replay(const Call& c, const Keyed& k, trd_frame& f, int64_t* out_ints);
   // A plain run's host read (rt_table.cpp): the values a capture in segments assumes.
   void note_read(int64_t value) {
-    if (segmented_ && !stopped_ && noted_.size() < kMaxNotedReads) noted_.push_back(value);
+    if (!segmented_at_.empty() && !stopped_ && noted_.size() < kMaxNotedReads) noted_.push_back(value);
   }
   // Whether this call, which found no graph, is the one to capture (see When).
   bool should_capture(const Keyed& k);
@@ -198,7 +198,7 @@ class SpecGraphs {
   // Why the spec's last graph is keyed by its arguments' addresses (not rebound); empty otherwise.
   const std::string& keyed_by_address() const { return bind_why_; }
   // Where the spec's graphs are split (its first host read, Segments); empty otherwise.
-  const std::string& segmented_at() const { return segmented_ ? host_read_ : no_words_; }
+  const std::string& segmented_at() const { return segmented_at_; }
   // Why the spec's graphs are keyed by its scalars' values (see Scalars); empty otherwise.
   const std::string& scalars_keyed() const { return scalars_keyed_; }
   // Why calls captured graphs of their own beside one the spec had: per kind of difference (the
@@ -251,9 +251,7 @@ class SpecGraphs {
 
   std::vector<int32_t> writes_;
   int32_t result_kind_;
-  bool segmented_ = false;  // graphs in segments (Segments)
-  std::string host_read_;   // the first read's words, for the reasons given
-  std::string no_words_;
+  std::string segmented_at_;  // nonempty: graphs in segments (Segments), split first at this read
   std::vector<int64_t> noted_, assumed_;  // the reads of the current or last plain run; of the one before
   std::string read_miss_;  // the last read miss's words, for the next capture's note (recaptures())
   std::vector<DirectResult> direct_;  // empty unless direct_results_on()

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "runtime/aten/item_value.h"
 #include "runtime/graphs/scalar_patch.h"
 #include "runtime/graphs/spec_graphs.h"
 #include "runtime/module/loaded_module.h"
@@ -109,13 +110,7 @@ int rt_item(trd_frame* f, int32_t kind, int32_t index, int32_t as_float, int64_t
       f->error = why;
       return 1;
     }
-    const c10::Scalar v = t->item();
-    if (as_float) {
-      const double d = v.toDouble();
-      std::memcpy(out, &d, sizeof d);
-    } else {
-      *out = v.isBoolean() ? static_cast<int64_t>(v.toBool()) : v.toLong();
-    }
+    *out = item_value(*t, as_float != 0);
     if (f->spec) f->spec->graphs().note_read(*out);
     return 0;
   } catch (const c10::Error& e) {

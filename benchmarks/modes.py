@@ -14,9 +14,9 @@ MODES = [
     ("trident", "trident", 3),
     ("trident_reuse", "trident reuse_outputs", 3),
     ("trident_graphs", "trident graphs", 3),
-    # graph mode with results written by their kernels straight into the returned tensor
-    # (TRIDENT_GRAPH_DIRECT_RESULTS=1, set in this mode's own worker process)
-    ("trident_graphs_direct", "trident graphs, direct results", 3),
+    # graph mode with every result copied out of the graph's pool by a copy node
+    # (TRIDENT_GRAPH_DIRECT_RESULTS=0, set in this mode's own worker process)
+    ("trident_graphs_copies", "trident graphs, result copies", 3),
     ("trident_backend", "compile(backend=trident)", 2),
     ("compile", "torch.compile", 4),
     ("reduce_overhead", "reduce-overhead", 4),
@@ -26,7 +26,7 @@ LABELS = {name: label for name, label, _ in MODES}
 WEIGHTS = {name: weight for name, _, weight in MODES}
 
 # Modes built with trident.compile (the other trident mode is the torch.compile backend).
-TRIDENT_COMPILE_MODES = ("trident", "trident_reuse", "trident_graphs", "trident_graphs_direct")
+TRIDENT_COMPILE_MODES = ("trident", "trident_reuse", "trident_graphs", "trident_graphs_copies")
 
 OK, FAILED, UNSUPPORTED, ERROR, TIMEOUT, SKIPPED = "ok", "FAILED", "unsupported", "error", "timeout", "skipped"
 
@@ -42,13 +42,13 @@ def build(mode, fn):
         import trident
         # Read as each specialization loads: set for this mode, unset for the others (one process
         # may build several modes, percall_interleaved.py does).
-        if mode == "trident_graphs_direct":
-            os.environ["TRIDENT_GRAPH_DIRECT_RESULTS"] = "1"
+        if mode == "trident_graphs_copies":
+            os.environ["TRIDENT_GRAPH_DIRECT_RESULTS"] = "0"
         else:
             os.environ.pop("TRIDENT_GRAPH_DIRECT_RESULTS", None)
         return trident.compile(fn, max_specializations=TRIDENT_MAX_SPECIALIZATIONS,
                                reuse_outputs=mode == "trident_reuse",
-                               graphs=mode in ("trident_graphs", "trident_graphs_direct"))
+                               graphs=mode in ("trident_graphs", "trident_graphs_copies"))
     if mode == "trident_backend":
         import trident  # noqa: F401  (registers the backend, where it exists)
         return torch.compile(fn, backend="trident")

@@ -133,7 +133,7 @@ def counters(compiled) -> dict:
     graph_scalar_patches (replays that first rewrote a graph's Triton launch nodes for new int, bool
     or float arguments, such as a decode position), graph_patched_nodes (the nodes they rewrote) and
     graph_result_nodes (nodes pointed at a replay's fresh result tensor, where the graph's kernels
-    write a result directly: TRIDENT_GRAPH_DIRECT_RESULTS=1), graph_segments (host reads at which the
+    write a result directly; TRIDENT_GRAPH_DIRECT_RESULTS=0 turns that off), graph_segments (host reads at which the
     graphs held now are split: TRIDENT_GRAPH_SEGMENTS=1) and graph_read_misses (calls whose host read
     gave another value than their graph was captured with, which went on without it from there). Where a miss's time went, summed over
     misses: capture_seconds

@@ -33,11 +33,10 @@ from dataclasses import dataclass
 #   rejects a malformed value at import.
 # TRIDENT_GRAPHS: "1" (default) makes graph mode (Options.graphs) the default of trident.compile and
 #   of the backend's options, "0" turns it off; an explicit graphs= wins. Read once, at import.
-# TRIDENT_GRAPH_DIRECT_RESULTS: "1" lets a CUDA graph's kernels write a result that only Triton launches
-#   touch straight into the tensor a replay returns, instead of into the graph's own memory and then
-#   through a copy node (csrc/runtime/graphs/direct_results.h): one graph node fewer per such result.
-#   Experimental, off by default until its GPU tests pass with it on (benchmarks/NOTES.md, session 35).
-#   Read by the native runtime as each specialization loads.
+# TRIDENT_GRAPH_DIRECT_RESULTS: "1" (default) lets a CUDA graph's kernels write a result that only
+#   Triton launches touch straight into the tensor a replay returns, instead of into the graph's own
+#   memory and then through a copy node (csrc/runtime/graphs/direct_results.h): one graph node fewer
+#   per such result; "0" turns it off. Read by the native runtime as each specialization loads.
 # TRIDENT_GRAPH_SEGMENTS: "1" splits the CUDA graphs of a program that reads a device value on the host
 #   (an .item(): a size, a tile count) into segments at each read; a replay launches them in turn,
 #   reading the value between two, and goes on as a plain run from a read whose value differs from the

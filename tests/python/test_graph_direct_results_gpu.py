@@ -1,4 +1,4 @@
-"""Direct results on the GPU (csrc/runtime/graphs/direct_results.h, TRIDENT_GRAPH_DIRECT_RESULTS=1): a
+"""Direct results on the GPU (csrc/runtime/graphs/direct_results.h, on unless TRIDENT_GRAPH_DIRECT_RESULTS=0): a
 graph whose result only Triton launches touch writes it straight into the tensor each replay
 returns, its nodes pointed there when the tensor lies elsewhere, with eager's results bit for bit:
 results the caller keeps stay as they were, a result a later kernel reads is pointed at in both, a
@@ -129,3 +129,14 @@ def test_reuse_outputs_recycles_a_direct_result():
     c = trident.counters(fast)
     # the held ones pointed at by a pointing, or by the patch run after each new argument's rebind
     assert c["recycled_outputs"] > 0 and c["graph_result_nodes"] + c["graph_patched_nodes"] >= 4, c
+
+
+def test_the_switch_at_zero_copies_every_result_out(monkeypatch):
+    monkeypatch.setenv("TRIDENT_GRAPH_DIRECT_RESULTS", "0")
+    fast = trident.compile(three_kernels, graphs=True)
+    x = torch.randn(N, device="cuda")
+    kept = [fast(x) for _ in range(10)]
+    for out in kept:
+        assert torch.equal(out, three_kernels(x))
+    c = trident.counters(fast)
+    assert c["graph_replays"] == 8 and c["graph_result_nodes"] == 0, c

@@ -216,7 +216,7 @@ int64_t SpecGraphs::byte_limit() {
   return bytes;
 }
 
-bool SpecGraphs::direct_results_on() { return env_switch_set("TRIDENT_GRAPH_DIRECT_RESULTS"); }
+bool SpecGraphs::direct_results_on() { return env_switch_on("TRIDENT_GRAPH_DIRECT_RESULTS"); }
 
 bool SpecGraphs::segments_on() { return env_switch_set("TRIDENT_GRAPH_SEGMENTS"); }
 

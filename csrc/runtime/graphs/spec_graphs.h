@@ -55,7 +55,7 @@
 //     graph's pool, are held while the graph lives); any other by ATen after the launch. A result
 //     only Triton launches touch (direct_results.h) is instead written by those launches straight
 //     into the fresh tensor, their nodes pointed at it before the launch where it lies elsewhere
-//     than they write: no copy node (under TRIDENT_GRAPH_DIRECT_RESULTS=1). Integer results are
+//     than they write: no copy node (unless TRIDENT_GRAPH_DIRECT_RESULTS=0). Integer results are
 //     the capture run's, or the last scalar patch's, which computes them. A program whose results
 //     share memory with an argument, module state or each other is not replayed (its results could
 //     not be copied faithfully): graphs stop for the spec, with the reason.
@@ -157,8 +157,7 @@ class SpecGraphs {
              std::vector<DirectResult> direct = {}, const std::string& host_read = {}, bool branches = false);
   // TRIDENT_GRAPH_SEGMENTS=1, read as each specialization loads.
   static bool segments_on();
-  // TRIDENT_GRAPH_DIRECT_RESULTS=1, read as each specialization loads (off by default until it has
-  // run on a GPU).
+  // On unless TRIDENT_GRAPH_DIRECT_RESULTS=0, read as each specialization loads.
   static bool direct_results_on();
   ~SpecGraphs();
   SpecGraphs(const SpecGraphs&) = delete;

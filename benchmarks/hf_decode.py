@@ -21,8 +21,8 @@ embeddings and its functional API through a dispatcher under `torch.compiler.dis
 runs split). Liger 0.7.0 has no DeepSeek-V2 entry point; `--liger` on that model says so and runs
 HF's own modules. 0.8.5 has one (`apply_liger_kernel_to_deepseek_v2`: RMSNorm, SwiGLU and its fused
 MoE, rotary left alone), which `--liger` uses where 0.8.5 is installed.
-Modes: eager, trident (no graphs), trident-graphs, trident-segments (graphs split at each host read,
-TRIDENT_GRAPH_SEGMENTS=1: Liger 0.8.5's fused MoE reads its tile count per layer), backend, compile,
+Modes: eager, trident (no graphs), trident-graphs, trident-unsplit (graphs not split at host reads,
+TRIDENT_GRAPH_SEGMENTS=0: Liger 0.8.5's fused MoE reads its tile count per layer), backend, compile,
 reduce-overhead, and generate-eager / generate-hf-compile / generate-trident / generate-trident-graphs.
 Writes DIR/<model>-b<batch>.json and prints one table row per mode."""
 import argparse
@@ -243,7 +243,7 @@ def profile_generate(model, generate, tokens, path, log, mode):
 
 def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=None):
     # imported by the modes that use it: a run of the other modes never loads trident
-    if mode in ("trident", "trident-graphs", "trident-segments", "backend"):
+    if mode in ("trident", "trident-graphs", "trident-unsplit", "backend"):
         import trident
 
     def step(ids, cache):
@@ -255,9 +255,10 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=No
         fn = step
     elif mode == "trident":
         fn = trident.compile(step, graphs=False)
-    elif mode in ("trident-graphs", "trident-segments"):
-        # trident-segments: graphs split at each host read (TRIDENT_GRAPH_SEGMENTS=1, read as each
-        # specialization loads, so set for this mode's run only): Liger's fused MoE reads its tile count
+    elif mode in ("trident-graphs", "trident-unsplit"):
+        # trident-unsplit: graphs not split at host reads (TRIDENT_GRAPH_SEGMENTS=0, read as each
+        # specialization loads, so set for this mode's run only): a spec that reads a device value on
+        # the host (Liger's fused MoE, its tile count) then runs without graphs, the A/B for segments
         fn = trident.compile(step, graphs=True)
     elif mode == "backend":
         torch._dynamo.reset()
@@ -269,12 +270,16 @@ def run_mode(mode, model, prompt, steps, max_len, log, profile_dir=None, mask=No
         return run_generate(mode, model, prompt, steps, max_len, log, mask, profile_dir)
     else:
         raise SystemExit(f"unknown mode {mode}")
-    if mode == "trident-segments":
-        os.environ["TRIDENT_GRAPH_SEGMENTS"] = "1"
+    before = os.environ.get("TRIDENT_GRAPH_SEGMENTS")
+    if mode == "trident-unsplit":
+        os.environ["TRIDENT_GRAPH_SEGMENTS"] = "0"
     try:
         toks, dt = decode(fn, model, prompt, steps, max_len)
     finally:
-        os.environ.pop("TRIDENT_GRAPH_SEGMENTS", None)
+        if before is None:
+            os.environ.pop("TRIDENT_GRAPH_SEGMENTS", None)
+        else:
+            os.environ["TRIDENT_GRAPH_SEGMENTS"] = before
     if mode.startswith("trident"):
         counters = trident.counters(fn)
         for line in trident.explain(fn).splitlines():  # why a spec runs without its graph, if one does

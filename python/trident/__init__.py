@@ -134,7 +134,7 @@ def counters(compiled) -> dict:
     or float arguments, such as a decode position), graph_patched_nodes (the nodes they rewrote) and
     graph_result_nodes (nodes pointed at a replay's fresh result tensor, where the graph's kernels
     write a result directly; TRIDENT_GRAPH_DIRECT_RESULTS=0 turns that off), graph_segments (host reads at which the
-    graphs held now are split: TRIDENT_GRAPH_SEGMENTS=1) and graph_read_misses (calls whose host read
+    graphs held now are split) and graph_read_misses (calls whose host read
     gave another value than their graph was captured with, which went on without it from there). Where a miss's time went, summed over
     misses: capture_seconds
     (torch.export), lowering_seconds (to host IR, Triton compiles included: triton_compile_seconds

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 #   Triton launches touch straight into the tensor a replay returns, instead of into the graph's own
 #   memory and then through a copy node (csrc/runtime/graphs/direct_results.h): one graph node fewer
 #   per such result; "0" turns it off. Read by the native runtime as each specialization loads.
-# TRIDENT_GRAPH_SEGMENTS: "1" splits the CUDA graphs of a program that reads a device value on the host
-#   (an .item(): a size, a tile count) into segments at each read; a replay launches them in turn,
-#   reading the value between two, and goes on as a plain run from a read whose value differs from the
-#   one its graph was captured with (csrc/runtime/graphs/spec_graphs.h, Segments). Without it such a
-#   program runs without graphs. Experimental, off by default: not yet run on a GPU. Read by the native
-#   runtime as each specialization loads.
+# TRIDENT_GRAPH_SEGMENTS: "1" (default) splits the CUDA graphs of a program that reads a device value on
+#   the host (an .item(): a size, a tile count) into segments at each read; a replay launches them in
+#   turn, reading the value between two, and goes on as a plain run from a read whose value differs
+#   from the one its graph was captured with (csrc/runtime/graphs/spec_graphs.h, Segments). "0" turns
+#   it off: such a program then runs without graphs. Read by the native runtime as each
+#   specialization loads.
 # TRIDENT_GRAPH_BYTES: the most memory one CUDA graph's private pool may hold (default 1073741824,
 #   1 GiB); a specialization whose graph would hold more runs without graphs, said in explain
 #   (csrc/runtime/graphs/spec_graphs.h, Memory). Read once, by the native runtime; graph_bytes()

@@ -49,8 +49,8 @@ def explain(compiled, *args, **kwargs) -> str:
                      f"  spec {spec}'s CUDA graphs are keyed by their arguments' addresses (a call with new "
                      f"addresses captures a graph of its own): {why}" if kind == "addresses" else
                      f"  spec {spec}'s CUDA graphs are split into segments at each host read, the value read "
-                     f"between two (TRIDENT_GRAPH_SEGMENTS=1; keyed by argument addresses and int and float "
-                     f"values): {why}" if kind == "segments" else
+                     f"between two (keyed by argument addresses and int and float values; "
+                     f"TRIDENT_GRAPH_SEGMENTS=0 turns this off): {why}" if kind == "segments" else
                      f"  spec {spec}'s CUDA graphs are keyed by its ints' and floats' values (a call with new "
                      f"values captures a graph of its own, never patched): {why}")
     if args or kwargs:

@@ -1,5 +1,5 @@
-"""Graphs in segments on the GPU (csrc/runtime/graphs/spec_graphs.h, Segments; TRIDENT_GRAPH_SEGMENTS=1,
-read as each specialization loads): a program that reads a device value on the host replays as a
+"""Graphs in segments on the GPU (csrc/runtime/graphs/spec_graphs.h, Segments; on unless
+TRIDENT_GRAPH_SEGMENTS=0, read as each specialization loads): a program that reads a device value on the host replays as a
 graph per stretch between its reads, with eager's results bit for bit; a value other than the one its
 graph was captured with goes on as a plain run from that read (nothing before it runs twice: an
 in-place write before the read lands once), and after SpecGraphs::kReadMisses such calls graphs stop
@@ -22,8 +22,8 @@ if not torch.cuda.is_available():
 
 
 @pytest.fixture(autouse=True)
-def segments_on(monkeypatch):
-    monkeypatch.setenv("TRIDENT_GRAPH_SEGMENTS", "1")
+def segments_by_default(monkeypatch):
+    monkeypatch.delenv("TRIDENT_GRAPH_SEGMENTS", raising=False)  # on unless "0"
 
 
 def rows_above(x, limit):

@@ -72,27 +72,31 @@ def rows_above_or_none(x, limit):
     return x * 0
 
 
-@pytest.mark.parametrize("segments", ["", "1"])
-def test_a_host_read_keeps_graphs_off_unless_segments_are_on(monkeypatch, segments):
-    """The runtime's choice at load (csrc/runtime/graphs/spec_graphs.h, Segments): without
-    TRIDENT_GRAPH_SEGMENTS=1 the read stops graphs and explain names it and the switch; with it, the
-    spec's graphs are split there (explain says so); a program that also branches on the value keeps
-    graphs off either way. The CPU runs every call plainly, with eager's results."""
+@pytest.mark.parametrize("segments", [None, "0", "1"])
+def test_a_host_read_splits_graphs_unless_segments_are_off(monkeypatch, segments):
+    """The runtime's choice at load (csrc/runtime/graphs/spec_graphs.h, Segments): by default (and
+    with TRIDENT_GRAPH_SEGMENTS=1) the spec's graphs are split at the read (explain says so); with
+    TRIDENT_GRAPH_SEGMENTS=0 the read stops graphs and explain names it and the switch; a program that
+    also branches on the value keeps graphs off either way. The CPU runs every call plainly, with
+    eager's results."""
     from trident.lowering import lower as lower_mod
     monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep, env: "")
-    monkeypatch.setenv("TRIDENT_GRAPH_SEGMENTS", segments)
+    if segments is None:
+        monkeypatch.delenv("TRIDENT_GRAPH_SEGMENTS", raising=False)
+    else:
+        monkeypatch.setenv("TRIDENT_GRAPH_SEGMENTS", segments)
     line = rows_above.__code__.co_firstlineno + 1
     fast = trident.compile(rows_above, graphs=True)
     for limit in (3.0, 5.0, 3.0):
         torch.testing.assert_close(fast(torch.arange(8.0), limit), rows_above(torch.arange(8.0), limit), rtol=0, atol=0)
     text = trident.explain(fast)
     read = f"it reads a device value on the host at test_graphs_cpu.py:{line}"
-    if segments:
+    if segments != "0":
         assert f"spec 0's CUDA graphs are split into segments at each host read" in text and read in text, text
         assert "does not replay as a CUDA graph" not in text
     else:
         assert f"spec 0 does not replay as a CUDA graph: {read}" in text, text
-        assert "TRIDENT_GRAPH_SEGMENTS=1 splits its graphs there" in text
+        assert "TRIDENT_GRAPH_SEGMENTS=0 keeps its graphs whole" in text
     c = trident.counters(fast)
     assert (c["graphs"], c["graph_segments"], c["graph_read_misses"]) == (0, 0, 0)
 

@@ -80,6 +80,6 @@ def test_liger_fused_moe_is_one_program_with_its_gemms_under_each_layers_tile_co
                  and re.match(r"\s*launch \d+ grid\((\$\d+),", ln).group(1) in grids]
         assert len(under) == 2, text  # the up-projection with SwiGLU and the down-projection
     assert "expect" not in text  # one program for both ways, not a branch per specialization
-    # graph mode splits its graphs at the first tile count's read (TRIDENT_GRAPH_SEGMENTS=1), Liger's line
+    # graph mode splits its graphs at the first tile count's read (graphs in segments), Liger's line
     assert re.search(r'graph reads "it reads a device value on the host at \S*fused_moe\S*\.py:\d+', text), text
     assert "graph off" not in text

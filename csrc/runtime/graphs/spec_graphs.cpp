@@ -218,14 +218,14 @@ int64_t SpecGraphs::byte_limit() {
 
 bool SpecGraphs::direct_results_on() { return env_switch_on("TRIDENT_GRAPH_DIRECT_RESULTS"); }
 
-bool SpecGraphs::segments_on() { return env_switch_set("TRIDENT_GRAPH_SEGMENTS"); }
+bool SpecGraphs::segments_on() { return env_switch_on("TRIDENT_GRAPH_SEGMENTS"); }
 
 SpecGraphs::SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed,
                        std::vector<DirectResult> direct, const std::string& host_read, bool branches)
     : writes_(std::move(writes)), result_kind_(result_kind), scalars_keyed_(std::move(scalars_keyed)) {
   if (!host_read.empty() && graph_off.empty()) {
     if (branches) graph_off = host_read + ", and branches on data";
-    else if (!segments_on()) graph_off = host_read + "; TRIDENT_GRAPH_SEGMENTS=1 splits its graphs there (experimental)";
+    else if (!segments_on()) graph_off = host_read + " (TRIDENT_GRAPH_SEGMENTS=0 keeps its graphs whole, so off)";
     else segmented_at_ = host_read;
   }
   if (!segmented_at_.empty()) {

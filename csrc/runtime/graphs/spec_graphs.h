@@ -59,7 +59,7 @@
 //     the capture run's, or the last scalar patch's, which computes them. A program whose results
 //     share memory with an argument, module state or each other is not replayed (its results could
 //     not be copied faithfully): graphs stop for the spec, with the reason.
-//   - Segments (TRIDENT_GRAPH_SEGMENTS=1; off by default until it has run on a GPU). A program that
+//   - Segments (on unless TRIDENT_GRAPH_SEGMENTS=0). A program that
 //     reads a device value on the host (`item`: a size, a tile count, a grid) cannot be one graph: its
 //     host waits there. Its graph is split at each read into segments captured in one private pool.
 //     The capture issues nothing: a read ends the segment being captured, and the program goes on
@@ -155,7 +155,7 @@ class SpecGraphs {
   // or none where segments_on() is false or `branches` says the program also branches on data).
   SpecGraphs(std::vector<int32_t> writes, std::string graph_off, int32_t result_kind, std::string scalars_keyed,
              std::vector<DirectResult> direct = {}, const std::string& host_read = {}, bool branches = false);
-  // TRIDENT_GRAPH_SEGMENTS=1, read as each specialization loads.
+  // On unless TRIDENT_GRAPH_SEGMENTS=0, read as each specialization loads.
   static bool segments_on();
   // On unless TRIDENT_GRAPH_DIRECT_RESULTS=0, read as each specialization loads.
   static bool direct_results_on();

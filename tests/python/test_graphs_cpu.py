@@ -65,6 +65,30 @@ def test_a_program_reading_a_device_value_on_the_host_says_where(monkeypatch):
     assert "graph off" not in plain and "graph reads" not in plain
 
 
+def positive_rows(x, limit):
+    kept = x[x.sum(1) > limit]  # a boolean index: ATen waits for the device to size the result
+    return kept * 2 + limit.item()
+
+
+def test_an_aten_call_sizing_its_result_on_the_host_keeps_graphs_off_and_says_where(monkeypatch):
+    """An ATen call whose result's size is data-dependent (nonzero, masked_select, unique, bincount)
+    reads it on the host inside the call, which stream capture refuses: the program is `graph off`,
+    naming the call and the user's line, ahead of any `.item()` of its own (which alone would split
+    its graph), instead of failing a capture on the GPU. Eager's results on the CPU."""
+    from trident.lowering import lower as lower_mod
+    monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep, env: "")  # as if every tensor were a CUDA one
+    line = positive_rows.__code__.co_firstlineno + 1
+    x, limit = torch.randn(6, 3, generator=torch.Generator().manual_seed(0)), torch.tensor(0.0)
+    fast = trident.compile(positive_rows, graphs=True)
+    ir = trident.controller(fast).lower_call(x, limit).text
+    why = f"aten::index.Tensor computes its result's size on the host at test_graphs_cpu.py:{line}"
+    assert f'graph off "{why} (a data-dependent size' in ir, ir
+    assert "graph reads" not in ir
+    for lim in (0.0, 1.0, -1.0):
+        torch.testing.assert_close(fast(x, torch.tensor(lim)), positive_rows(x, torch.tensor(lim)), rtol=0, atol=0)
+    assert f"spec 0 does not replay as a CUDA graph: {why}" in trident.explain(fast), trident.explain(fast)
+
+
 def rows_above_or_none(x, limit):
     n = int((x > limit).sum().item())
     if n > 2:  # a branch on the value read: `expect`

@@ -20,6 +20,7 @@ class LoweringContext(Protocol):
     when: dict                      # launch region -> the $N of its condition (data_values.lower_when)
     region_launches: dict           # launch region -> its launches lowered under it (check_regions)
     host_read: str                  # where the program first reads a device value on the host (graph reads)
+    sizing_call: str                # the first ATen call that computes its result's size on the host (graph off)
 
     # -- what the spec holds so far
     lines: list[str]                # the body's host IR lines, in order (hir.py writes each)

@@ -78,8 +78,10 @@ def lower_item(lw, node: fx.Node) -> bool:
     return True
 
 
-def bind_result_sizes(lw, results: list[str], val) -> None:
-    """After a call: each data-dependent size of its tensor results becomes a `$N` read from it."""
+def bind_result_sizes(lw, node: fx.Node, name: str, results: list[str], val) -> None:
+    """After a call: each data-dependent size of its tensor results becomes a `$N` read from it. A
+    call whose result's size is a new such symbol computed that size on the host (nonzero and the
+    ops built on it wait for the device): the first is the program's `graph off` reason (lower.py)."""
     fakes = val if isinstance(val, (list, tuple)) else [val]
     for r, fake in zip(results, fakes):
         if not isinstance(fake, torch.Tensor):
@@ -90,6 +92,10 @@ def bind_result_sizes(lw, results: list[str], val) -> None:
                 v = lw.new_sym()
                 lw.lines.append(hir.size(v, r, d))
                 lw.syms.sym[symbol] = v
+                if not lw.sizing_call:
+                    from .lower import user_file_line
+                    where = user_file_line(node)
+                    lw.sizing_call = f"{name} computes its result's size on the host" + (f" at {where}" if where else "")
 
 
 def lower_assert(lw, node: fx.Node) -> bool:

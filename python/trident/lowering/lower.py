@@ -165,6 +165,7 @@ class _Lowerer:
         self.when: dict[int, str] = {}      # launch region -> the $N of its condition (data_values.lower_when)
         self.region_launches: dict[int, int] = {}  # launch region -> its launches lowered under it
         self.host_read = ""                 # where the program first reads a device value on the host
+        self.sizing_call = ""               # the first ATen call sizing its result on the host, and where
         self.view_key: dict[str, tuple] = {}  # value -> what it is a view of, for no-op copies
         self.value_fakes: dict[str, object] = {}  # tensor value -> its fake where defined (lazy_views)
         self.pending_copy = None  # a builtin copy held back to share a launch (builtin_lower.copy)
@@ -429,7 +430,7 @@ class _Lowerer:
             if isinstance(val, torch.Tensor):
                 self.value_fakes[results[0]] = val
         self.lines.append(hir.call(", ".join(results) if results else None, name, operands))
-        data_values.bind_result_sizes(self, results, val)
+        data_values.bind_result_sizes(self, node, name, results, val)
         if len(results) == 1 and schema.returns[0].alias_info is not None and operands:
             self.view_key[results[0]] = (self.view_key.get(operands[0], operands[0]), name, tuple(operands[1:]))
         return True
@@ -833,11 +834,16 @@ def lower(ep, structure: str, leaves: list[dict], leaf_of_input: list[int | None
     lines += ["  " + k for k in body.kernels]
     if written:
         lines.append("  " + hir.writes(written))
-    # A tensor on the host keeps the program out of graph mode; a host read alone splits its graph
-    # into segments there, where the runtime's TRIDENT_GRAPH_SEGMENTS allows (spec_graphs.h).
+    # A tensor on the host keeps the program out of graph mode, and so does an ATen call that sizes
+    # its result on the host (it synchronizes inside, which stream capture refuses); a host read of
+    # the program's own splits its graph into segments there, where the runtime's
+    # TRIDENT_GRAPH_SEGMENTS allows (spec_graphs.h).
     host = _host_tensor(ep, lw.env)
     if host:
         lines.append("  " + hir.graph_off(host))
+    elif lw.sizing_call:
+        lines.append("  " + hir.graph_off(f"{lw.sizing_call} (a data-dependent size: the call waits for the "
+                                          f"device, which a CUDA graph cannot hold)"))
     elif lw.host_read:
         lines.append("  " + hir.graph_reads(f"it reads a device value on the host at {lw.host_read} (an .item(), a "
                                             f"data-dependent size or branch)"))

@@ -65,6 +65,27 @@ def test_a_program_reading_a_device_value_on_the_host_says_where(monkeypatch):
     assert "graph off" not in plain and "graph reads" not in plain
 
 
+def first_n_doubled(x, n):
+    return x[: n.item()] * 2  # the slice's size is new to torch (min of n and the length), read from `mul`'s result
+
+
+def test_a_size_the_host_already_knows_is_no_reason_for_graph_off(monkeypatch):
+    """A call whose result carries a data-dependent size it did not compute (here `mul` of a slice
+    ending at an `.item()`) reads that size without waiting for the device: the program's only host
+    read is the `.item()` (`graph reads`, its graph split there), not `graph off`. Session 40's H100
+    run of `item_as_a_slice_end` named `aten::mul.Tensor` before only `dynamic_output_shape` ops counted."""
+    from trident.lowering import lower as lower_mod
+    monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep, env: "")  # as if every tensor were a CUDA one
+    x = torch.arange(8.0)
+    fast = trident.compile(first_n_doubled, graphs=True)
+    ir = trident.controller(fast).lower_call(x, torch.tensor(3)).text
+    line = first_n_doubled.__code__.co_firstlineno + 1
+    assert f'graph reads "it reads a device value on the host at test_graphs_cpu.py:{line}' in ir, ir
+    assert "graph off" not in ir, ir
+    for n in (3, 5, 0):
+        torch.testing.assert_close(fast(x, torch.tensor(n)), first_n_doubled(x, torch.tensor(n)), rtol=0, atol=0)
+
+
 def positive_rows(x, limit):
     kept = x[x.sum(1) > limit]  # a boolean index: ATen waits for the device to size the result
     return kept * 2 + limit.item()

@@ -80,8 +80,11 @@ def lower_item(lw, node: fx.Node) -> bool:
 
 def bind_result_sizes(lw, node: fx.Node, name: str, results: list[str], val) -> None:
     """After a call: each data-dependent size of its tensor results becomes a `$N` read from it. A
-    call whose result's size is a new such symbol computed that size on the host (nonzero and the
-    ops built on it wait for the device): the first is the program's `graph off` reason (lower.py)."""
+    call torch tags `dynamic_output_shape` (nonzero, masked_select, a boolean index, unique,
+    bincount) computes such a size from device data on the host, waiting for the device: the first
+    is the program's `graph off` reason (lower.py). Other calls only carry a size the host already
+    knows (a slice ending at an `.item()`, then a `mul` of it): reading it is no wait."""
+    syncs = torch.Tag.dynamic_output_shape in getattr(node.target, "tags", ())
     fakes = val if isinstance(val, (list, tuple)) else [val]
     for r, fake in zip(results, fakes):
         if not isinstance(fake, torch.Tensor):
@@ -92,7 +95,7 @@ def bind_result_sizes(lw, node: fx.Node, name: str, results: list[str], val) -> 
                 v = lw.new_sym()
                 lw.lines.append(hir.size(v, r, d))
                 lw.syms.sym[symbol] = v
-                if not lw.sizing_call:
+                if syncs and not lw.sizing_call:
                     from .lower import user_file_line
                     where = user_file_line(node)
                     lw.sizing_call = f"{name} computes its result's size on the host" + (f" at {where}" if where else "")

@@ -92,6 +92,15 @@ CASES = [
 ]
 
 
+# Cases whose sizes come from an ATen op that computes its own result's size on the host (nonzero and
+# the ops built on it, composites such as `torch.where(cond)` included): such an op waits for the device,
+# which stream capture refuses, so in graph mode the lowering keeps the spec out of graphs (`graph
+# off`, naming the call). The others read with `.item()`/`.tolist()` in the program itself: their
+# graphs are split at each read (graphs in segments).
+SYNCING_OPS = {"nonzero_then_index", "masked_select_then_reduce", "bincount_then_view", "unique_then_arange",
+               "boolean_mask_rows", "repeat_interleave_tensor", "moe_top_k_routing"}
+
+
 def _split_args(g):
     a = int(torch.randint(0, 6, (), generator=g))
     return torch.randn(6, 2, generator=g), torch.tensor([a, 6 - a])
@@ -106,6 +115,22 @@ def test_data_dependent_sizes_run_natively_with_eager_results(fn, make):
         torch.testing.assert_close(fast(*args), fn(*args), rtol=1e-6, atol=1e-6)
     c = trident.counters(fast)
     assert (c["specializations"], c["fallbacks"], c["hits"]) == (1, 0, 5), c
+
+
+@pytest.mark.parametrize("fn, make", CASES, ids=[c[0].__name__ for c in CASES])
+def test_graph_mode_says_which_call_sizes_on_the_host(fn, make, monkeypatch):
+    """In graph mode, as if every tensor were a CUDA one: an op that sizes its result from device data
+    makes the spec `graph off`, naming the op and the user's line (test_data_dependent_gpu.py runs the
+    same corpus on a GPU, where the capture would fail); a program whose only host reads are its own
+    `.item()`/`.tolist()` is not `graph off` (its graph splits at the reads). Session 40's H100 run
+    found `torch.where(cond)` and `repeat_interleave` (composites) missed and a `mul` blamed."""
+    from trident.lowering import lower as lower_mod
+    monkeypatch.setattr(lower_mod, "_host_tensor", lambda ep, env: "")
+    ir = trident.controller(trident.compile(fn, graphs=True)).lower_call(*make(torch.Generator().manual_seed(0))).text
+    if fn.__name__ in SYNCING_OPS:
+        assert 'graph off "aten::' in ir and "computes its result's size on the host at test_data_dependent.py:" in ir, ir
+    else:
+        assert "graph off" not in ir, ir
 
 
 def test_sizes_of_zero_run_natively():

@@ -6,14 +6,7 @@ import pytest
 import torch
 
 import trident
-from test_data_dependent import CASES, branch_on_a_sum
-
-# Cases whose sizes come from an ATen op that reads its own result's size on the host (nonzero and the
-# ops built on it): such an op refuses stream capture, so the lowering keeps the spec out of graph
-# mode (`graph off`, naming the call), and no capture is tried. The others read with `.item()`/`.tolist()` in the program itself: their
-# graphs are split at each read (graphs in segments).
-_SYNCING_OPS = {"nonzero_then_index", "masked_select_then_reduce", "bincount_then_view", "unique_then_arange",
-                "boolean_mask_rows", "repeat_interleave_tensor", "moe_top_k_routing"}
+from test_data_dependent import CASES, SYNCING_OPS, branch_on_a_sum
 
 pytestmark = pytest.mark.gpu
 
@@ -38,7 +31,7 @@ def test_data_dependent_sizes_on_cuda(fn, make, graphs):
         assert c["graph_replays"] == c["graph_captures"] == 0, c
     else:
         text = trident.explain(fast)
-        if fn.__name__ in _SYNCING_OPS:
+        if fn.__name__ in SYNCING_OPS:
             assert "does not replay as a CUDA graph: aten::" in text, text
             assert "computes its result's size on the host at test_data_dependent.py:" in text, text
             assert c["graph_replays"] == c["graph_captures"] == 0, c

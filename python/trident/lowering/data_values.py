@@ -80,11 +80,13 @@ def lower_item(lw, node: fx.Node) -> bool:
 
 def bind_result_sizes(lw, node: fx.Node, name: str, results: list[str], val) -> None:
     """After a call: each data-dependent size of its tensor results becomes a `$N` read from it. A
-    call torch tags `dynamic_output_shape` (nonzero, masked_select, a boolean index, unique,
-    bincount) computes such a size from device data on the host, waiting for the device: the first
-    is the program's `graph off` reason (lower.py). Other calls only carry a size the host already
-    knows (a slice ending at an `.item()`, then a `mul` of it): reading it is no wait."""
-    syncs = torch.Tag.dynamic_output_shape in getattr(node.target, "tags", ())
+    call that computes such a size from device data on the host waits for the device: the first is
+    the program's `graph off` reason (lower.py). Those are the ops torch tags `dynamic_output_shape`
+    (nonzero, masked_select, a boolean index, unique, bincount) and composite ops whose
+    decomposition may call one (`torch.where(cond)`, `repeat_interleave` of a tensor: the lowering
+    calls the composite). Other calls only carry a size the host already knows (a slice ending at an
+    `.item()`, then a `mul` of it): reading it is no wait."""
+    syncs = _sizes_on_the_host(node.target)
     fakes = val if isinstance(val, (list, tuple)) else [val]
     for r, fake in zip(results, fakes):
         if not isinstance(fake, torch.Tensor):
@@ -99,6 +101,15 @@ def bind_result_sizes(lw, node: fx.Node, name: str, results: list[str], val) -> 
                     from .lower import user_file_line
                     where = user_file_line(node)
                     lw.sizing_call = f"{name} computes its result's size on the host" + (f" at {where}" if where else "")
+
+
+def _sizes_on_the_host(target) -> bool:
+    """Whether an op may compute its result's size from device data (bind_result_sizes)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.dynamic_output_shape in target.tags:
+        return True
+    return torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
 
 
 def lower_assert(lw, node: fx.Node) -> bool:

@@ -25,6 +25,14 @@ def item_as_a_slice_end(x, n):
     return x[: n.item()] * 2
 
 
+def item_slice_then_flatten(x, n):
+    return x[: n.item()].flatten() + 1  # the flatten's size is 2*u1: u1 read from the slice itself
+
+
+def item_slice_then_matmul(x, w, n):
+    return x[: n.item()] @ w
+
+
 def tolist_split_sizes(x, counts):
     return [p.sum(0) for p in torch.split(x, counts.tolist())]
 
@@ -79,6 +87,9 @@ CASES = [
     (masked_select_then_reduce, lambda g: (torch.randn(12, generator=g),)),
     (item_as_a_size, lambda g: (torch.randn(3, generator=g), torch.randint(0, 9, (4,), generator=g))),
     (item_as_a_slice_end, lambda g: (torch.randn(10, generator=g), torch.randint(0, 10, (), generator=g))),
+    (item_slice_then_flatten, lambda g: (torch.randn(8, 2, generator=g), torch.randint(0, 9, (), generator=g))),
+    (item_slice_then_matmul, lambda g: (torch.randn(8, 4, generator=g), torch.randn(4, 3, generator=g),
+                                        torch.randint(0, 9, (), generator=g))),
     (tolist_split_sizes, lambda g: _split_args(g)),
     (bincount_then_view, lambda g: (torch.randint(0, 7, (9,), generator=g),)),
     (unique_then_arange, lambda g: (torch.randint(0, 9, (10,), generator=g),)),

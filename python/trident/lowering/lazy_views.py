@@ -58,6 +58,8 @@ def defer(lw, node: fx.Node, name: str, args: list) -> bool:
         return False
     if not (isinstance(fake, torch.Tensor) and fake.layout == torch.strided):
         return False
+    if _new_data_dependent_size(lw, fake):
+        return False  # emitted now, so its size is read from it (a slice ending at an `.item()`)
     found = _root(lw, args[0])
     if found is None:
         return False
@@ -68,6 +70,14 @@ def defer(lw, node: fx.Node, name: str, args: list) -> bool:
     parent = lw.env[args[0]]
     lw.env[node] = LazyView(node, name, parent, rest, root, root_fake, (key_of(lw, args[0]), name, tuple(rest)))
     return True
+
+
+def _new_data_dependent_size(lw, fake: torch.Tensor) -> bool:
+    """Whether the view's size holds a data-dependent symbol the program has no value for yet: the
+    view must be emitted where it stands, the symbol read from its result, before anything sized by
+    it (a later view `2*u1`, an assertion) needs the value."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    return any(s not in lw.syms.sym for d in fake.shape for s in free_unbacked_symbols(d))
 
 
 def _expr(v):

@@ -79,18 +79,28 @@ def run_case(name, kind, make, tokens, hidden, mode_list, enabled=contextlib.nul
     return row
 
 
+def _mode_cells(r, mode_list, key, fmt):
+    """The row's op and shape, then each mode's `key` (status where it did not run correctly)."""
+    cells = [r["op"], "x".join(map(str, r["shape"]))]
+    for m in mode_list:
+        e = r["modes"].get(m, {})
+        cells.append(fmt.format(e[key]) if e.get("status") == modes.OK else e.get("status", "-"))
+    return cells
+
+
+def _markdown(heads, body):
+    return "\n".join([" | ".join(heads), " | ".join("---" for _ in heads)] + [" | ".join(c) for c in body])
+
+
 def table(rows, mode_list):
-    """The ratio columns are trident.compile's as users get it (graph mode, its default) where the run
-    has that mode, else the first trident.compile mode it has."""
+    """Warm µs per mode. The ratio columns are trident.compile's as users get it (graph mode, its
+    default) where the run has that mode, else the first trident.compile mode it has."""
     tri_mode = next((m for m in ("trident_graphs",) + modes.TRIDENT_COMPILE_MODES if m in mode_list), "trident")
     heads = ["op", "shape"] + [modes.LABELS[m] for m in mode_list] + ["floor", f"{modes.LABELS.get(tri_mode, tri_mode)}: x eager",
                                                                        "x best compile"]
-    lines = [" | ".join(heads), " | ".join("---" for _ in heads)]
+    body = []
     for r in rows:
-        cells = [r["op"], "x".join(map(str, r["shape"]))]
-        for m in mode_list:
-            e = r["modes"].get(m, {})
-            cells.append(f"{e['warm_us']:.1f}" if e.get("status") == modes.OK else e.get("status", "-"))
+        cells = _mode_cells(r, mode_list, "warm_us", "{:.1f}")
         cells.append(f"{r['floor_us']:.1f}" if r.get("floor_us") else "-")
         tri = r["modes"].get(tri_mode, {})
         eager = r["modes"].get("eager", {})
@@ -98,22 +108,15 @@ def table(rows, mode_list):
         ok = tri.get("status") == modes.OK
         cells.append(f"{eager['warm_us'] / tri['warm_us']:.1f}x" if ok and eager.get("status") == modes.OK else "-")
         cells.append(f"{min(best) / tri['warm_us']:.1f}x" if ok and best else "-")
-        lines.append(" | ".join(cells))
-    return "\n".join(lines)
+        body.append(cells)
+    return _markdown(heads, body)
 
 
 def cold_table(rows, mode_list):
     """First call per mode in ms (capture and compiles included; eager's after FlagGems compiled its
     kernels in the reference call), one row per case."""
     heads = ["op", "shape"] + [f"{modes.LABELS[m]} cold ms" for m in mode_list]
-    lines = [" | ".join(heads), " | ".join("---" for _ in heads)]
-    for r in rows:
-        cells = [r["op"], "x".join(map(str, r["shape"]))]
-        for m in mode_list:
-            e = r["modes"].get(m, {})
-            cells.append(f"{e['cold_ms']:.1f}" if e.get("status") == modes.OK else e.get("status", "-"))
-        lines.append(" | ".join(cells))
-    return "\n".join(lines)
+    return _markdown(heads, [_mode_cells(r, mode_list, "cold_ms", "{:.1f}") for r in rows])
 
 
 def main():

@@ -44,4 +44,26 @@ int32_t register_object_class(PyObject* type) {
   return id;
 }
 
+int32_t module_argument_id(PyObject* obj) {
+  static PyObject* module_type = [] {  // torch.nn.Module, looked up once (a strong reference)
+    PyObject* nn = PyImport_ImportModule("torch.nn");
+    PyObject* type = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;
+    Py_XDECREF(nn);
+    if (!type) PyErr_Clear();
+    return type;
+  }();
+  if (!module_type || !PyType_Check(module_type) ||
+      !PyType_IsSubtype(Py_TYPE(obj), reinterpret_cast<PyTypeObject*>(module_type)))
+    return -1;
+  static auto* refs = new std::vector<PyObject*>();  // weak references; never destroyed
+  for (size_t k = 0; k < refs->size(); ++k) {
+    // borrowed; a dead reference yields None, never equal to a live module
+    if (PyWeakref_GetObject((*refs)[k]) == obj) return static_cast<int32_t>(k);
+  }
+  PyObject* ref = PyWeakref_NewRef(obj, nullptr);
+  if (!ref) return -2;
+  refs->push_back(ref);
+  return static_cast<int32_t>(refs->size() - 1);
+}
+
 }  // namespace trident::bindings

@@ -24,4 +24,12 @@ PyObject* interned_object(int64_t id);
 // Mark a class (already interned or not) as flattened by its attributes; returns its number.
 int32_t register_object_class(PyObject* type);
 
+// A `torch.nn.Module` passed as an argument itself (not inside a container): its number in a
+// second table, of weak references, so that the table keeps no model alive. The structure string
+// holds "M<number>": a call with another module, or with a new module at a dead one's address,
+// gets another number (a dead entry never matches), so no specialization serves a module it was
+// not captured with. -1 when obj is not a module; -2 with a Python error set when the table
+// cannot take it.
+int32_t module_argument_id(PyObject* obj);
+
 }  // namespace trident::bindings

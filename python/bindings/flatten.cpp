@@ -236,6 +236,18 @@ bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
     return add_object(obj, class_id, out, depth);
   } else if (attribute && add_constant(obj, out)) {
     return true;
+  } else if (int32_t module_id = depth == 0 ? module_argument_id(obj) : -1; module_id != -1) {
+    // A module passed as an argument (`step(model, ids, cache)`): guarded by identity, no leaf;
+    // its parameters and buffers are the specialization's state (compiled.py: module arguments).
+    if (module_id < 0) {
+      PyErr_Clear();
+      out.unsupported = std::string(Py_TYPE(obj)->tp_name) + " (a module that takes no weak reference) is not "
+                        "supported natively";
+      return false;
+    }
+    out.structure += 'M';
+    append_int(out.structure, module_id);
+    return true;
   } else if (!out.unsupported.empty()) {
     return false;  // add_constant said why
   } else {

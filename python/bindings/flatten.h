@@ -9,6 +9,8 @@
 //   constants    as attribute values of such objects only, guarded by value: s<len>:<utf-8 bytes>
 //                a str, y<c10 ScalarType> a dtype, d<type>.<index> a device, c<N> a class by
 //                identity (number N in arg_objects.h's table)
+//   modules      M<N> a torch.nn.Module passed as an argument itself (not inside a container),
+//                by identity (number N in arg_objects.h's table of weak references); no leaf
 //   keywords     after the positional part, each as ";name=" then its value's code
 //   settings     "@dtype.det" last, when a global setting differs from its default
 //                (flatten.cpp: append_global_state)

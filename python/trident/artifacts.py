@@ -279,6 +279,9 @@ def build(ctl) -> bytes:
     from .aliasing import _extent
     if not ctl.installed:
         raise ArtifactRejected("no specialization to save yet")
+    if getattr(ctl, "_module_arguments", None):
+        raise ArtifactRejected("its specializations are for modules passed as arguments, guarded by identity, "
+                               "which a file cannot hold")
     extents = {}
     for k, ref in enumerate(ctl.state):
         e = _extent(ref.tensor) if isinstance(ref.tensor, torch.Tensor) else None

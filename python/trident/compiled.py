@@ -28,7 +28,8 @@ log = logging.getLogger("trident")
 
 
 def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False,
-                     float_paths: list | None = None) -> torch.nn.Module:
+                     float_paths: list | None = None, reached_from=None,
+                     module_arguments: list | None = None) -> torch.nn.Module:
     """Lets torch.export capture a plain function: a module whose forward has one named parameter
     per argument (export's dynamic_shapes are keyed by those names; *args forwards break it). The
     parameters are a0.. for positional arguments and k0.. for keyword arguments, whatever the
@@ -40,7 +41,12 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
     fn may be a module (trident.compile(model) called with objects): it becomes submodule `fn`.
 
     `float_paths`: where in (a0.., k0..) run-time floats arrive as 0-dim tensors (_tuple_paths);
-    the forward passes fn their `.item()` (the arguments it returns after the call stay as given)."""
+    the forward passes fn their `.item()` (the arguments it returns after the call stay as given).
+
+    `reached_from`: the function whose closure and globals hold the state (fn's own by default; the
+    user's function where fn puts module arguments back, _bind_module_arguments). `module_arguments`:
+    every module the function has been passed as an argument, submodule `argmod_<k>` each, so that
+    every specialization's state names (`argmod_1.weight`) resolve on the latest wrapper."""
     params = [f"a{i}" for i in range(npos)]
     kparams = [f"k{j}" for j in range(len(kwnames))]
     sig = ", ".join(["self"] + params + (["*"] + kparams if kparams else []))
@@ -73,11 +79,16 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
     # Modules and parameters the function reaches through its closure or the globals it names: export
     # lifts a parameter only under a name of the module it exports (a KeyError otherwise), so they
     # become the wrapper's submodules and parameters.
-    for name, value in _reached_state(fn).items():
+    for name, value in _reached_state(reached_from or fn).items():
         if isinstance(value, torch.nn.Parameter):
             module.register_parameter(f"reached_{name}", value)
         else:
             module.add_module(f"reached_{name}", value)
+    for k, value in enumerate(module_arguments or ()):
+        module.add_module(f"argmod_{k}", value)
+    owner = getattr(reached_from, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and reached_from is not fn:
+        module.owner = owner  # a bound method's module, called with module arguments: as above
     return module
 
 
@@ -286,9 +297,31 @@ def _mark_leaves(args: tuple, kwargs: dict):
         values.append(x)
         return _Leaf(len(values) - 1)
 
-    margs = tuple(_map_arg_tree(a, mark, "") for a in args)
-    mkwargs = {k: _map_arg_tree(v, mark, "") for k, v in kwargs.items()}
+    margs = tuple(a if _is_module_argument(a) else _map_arg_tree(a, mark, "") for a in args)
+    mkwargs = {k: v if _is_module_argument(v) else _map_arg_tree(v, mark, "") for k, v in kwargs.items()}
     return margs, mkwargs, values
+
+
+def _is_module_argument(x) -> bool:
+    """A module passed as an argument itself: the native flattener guards it by identity and makes
+    no leaf of it (flatten.h, "M<N>"); the capture reaches it as a closure's module (_lower_with)."""
+    return isinstance(x, torch.nn.Module)
+
+
+def _bind_module_arguments(fn, args: tuple, kwargs: dict):
+    """(function, args, kwargs) without the module arguments: the function puts them back where
+    the caller passed them, so the capture reaches each module as it reaches one a closure holds."""
+    at = [(i, a) for i, a in enumerate(args) if _is_module_argument(a)]
+    named = {k: v for k, v in kwargs.items() if _is_module_argument(v)}
+
+    def with_modules(*rest, **rest_kwargs):
+        full = list(rest)
+        for i, m in at:
+            full.insert(i, m)
+        return fn(*full, **rest_kwargs, **named)
+
+    return (with_modules, tuple(a for a in args if not _is_module_argument(a)),
+            {k: v for k, v in kwargs.items() if not _is_module_argument(v)})
 
 
 def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
@@ -307,7 +340,8 @@ def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
             out.append((x, path))
 
     for i, v in enumerate(list(args) + list(kwargs.values())):
-        walk(v, (i,))
+        if not _is_module_argument(v):
+            walk(v, (i,))
     return out
 
 
@@ -342,9 +376,11 @@ def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
         params.append(name)
     names: list[str] = []
     for k, a in enumerate(args):
-        _map_arg_tree(a, lambda _x, path: names.append(path), params[k] if k < len(params) else f"args[{k}]")
+        if not _is_module_argument(a):
+            _map_arg_tree(a, lambda _x, path: names.append(path), params[k] if k < len(params) else f"args[{k}]")
     for k, v in kwargs.items():
-        _map_arg_tree(v, lambda _x, path: names.append(path), k)
+        if not _is_module_argument(v):
+            _map_arg_tree(v, lambda _x, path: names.append(path), k)
     return names
 
 
@@ -395,7 +431,9 @@ def _data_ptr(t: torch.Tensor) -> int:
 def _module_layout(module) -> tuple | None:
     """What a capture of `module` read besides its tensors' values: each submodule's training flag
     and which parameters and buffers exist (one set to None or deleted drops out; one added to a
-    module traced without it comes in)."""
+    module traced without it comes in). For a plain function, `module` is its wrapper
+    (_function_module), whose submodules are the modules it reaches and is passed: `m.train()` of a
+    module a closure holds changed what its dropout traced to, and no spec noticed before."""
     if module is None:
         return None
     return (tuple(m.training for m in module.modules()), tuple(n for n, _ in module.named_parameters()),
@@ -454,6 +492,9 @@ class CompiledFunction:
         # compiled module, or the wrapper of a plain function or bound method (_function_module),
         # whose submodules are the modules the function reaches. Set at the first capture.
         self._state_owner: torch.nn.Module | None = self.module
+        # Modules the function was passed as arguments (flatten.h "M<N>"), in first-seen order: held
+        # while this function lives, as the specializations' state they are (_function_module).
+        self._module_arguments: list[torch.nn.Module] = []
         self.options = options
         self.name = getattr(fn, "__qualname__", type(fn).__name__)
         target = fn.forward if self.module is not None else fn
@@ -539,7 +580,7 @@ class CompiledFunction:
             margs, mkwargs, values = _mark_leaves(args, kwargs)
             pairs = tuple(aliasing.overlapping_pairs(values))
             # Export merges an argument that is a parameter or buffer with it: capture from a copy.
-            in_state = tuple(aliasing.leaves_overlapping(values, self._module_tensors()))
+            in_state = tuple(aliasing.leaves_overlapping(values, self._module_tensors(args, kwargs)))
             overlap_key = (structure, pairs) if not in_state else \
                 (structure, pairs, in_state, capture_key(structure, leaves, set(), torch.is_grad_enabled()))
             if (pairs or in_state) and overlap_key in self._overlap_eager:
@@ -685,10 +726,13 @@ class CompiledFunction:
         self._install(lowered, _leaf_names(args, kwargs, self.signature))
         return None
 
-    def _module_tensors(self) -> list:
+    def _module_tensors(self, args=(), kwargs=None) -> list:
         """The parameters and buffers the function may read: the compiled module's, or those of the
-        modules and parameters a plain function reaches (_reached_state)."""
+        modules and parameters a plain function reaches (_reached_state), and of the modules it is
+        passed (this call's among them)."""
         roots = [self.module] if self.module is not None else list(_reached_state(self.fn).values())
+        roots += self._module_arguments
+        roots += [v for v in list(args) + list((kwargs or {}).values()) if _is_module_argument(v)]
         owner = getattr(self.fn, "__self__", None)
         if isinstance(owner, torch.nn.Module):
             roots.append(owner)
@@ -819,7 +863,7 @@ class CompiledFunction:
         except artifacts.ArtifactRejected:
             self._forget_specs()
             raise
-        self._layout = _module_layout(self.module)
+        self._layout = _module_layout(self._state_owner)
         self.artifact_loads += 1
         log.info("trident: %s: %d specializations installed from %s", self.name, len(header["specs"]), path)
 
@@ -945,6 +989,16 @@ class CompiledFunction:
             m_args, m_kwargs = tuple(mbound.args), dict(mbound.kwargs)
         else:
             ex_args, ex_kwargs, m_args, m_kwargs = args, kwargs, margs, mkwargs
+        fn = self.fn
+        if any(_is_module_argument(v) for v in tuple(ex_args) + tuple(ex_kwargs.values())):
+            if self.module is not None:
+                raise UnsupportedError(f"{self.name}: a module passed as an argument to a compiled module is not "
+                                       "captured (compile a function that takes both, or reach it as an attribute)")
+            for v in tuple(ex_args) + tuple(ex_kwargs.values()):
+                if _is_module_argument(v) and not any(v is m for m in self._module_arguments):
+                    self._module_arguments.append(v)
+            fn, ex_args, ex_kwargs = _bind_module_arguments(self.fn, tuple(ex_args), dict(ex_kwargs))
+            _, m_args, m_kwargs = _bind_module_arguments(self.fn, tuple(m_args), dict(m_kwargs))
         # Run-time floats (float_symbols.py) reach export as 0-dim tensors at these paths of the
         # wrapper's (a0.., k0..): the leaves _tuple_paths finds among the marked ones.
         floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
@@ -966,15 +1020,16 @@ class CompiledFunction:
         if not post_state:
             pre_state = None
         state_prefix = ""
-        if self.module is not None and not post_state and not float_paths:
+        if self.module is not None and not post_state and not float_paths:  # (no module arguments here)
             wrapper, names = self.module, list(self.signature.bind(*ex_args, **ex_kwargs).arguments) \
                 if self.signature is not None else None
         else:
             # A compiled module called with objects becomes submodule `fn` of a wrapper that also
             # returns the arguments' state; its state keeps the names it has in the module, where
             # _state_index reads it (the lowering strips the prefix).
-            wrapper = _function_module(self.module or self.fn, len(ex_args), list(ex_kwargs), post_state=post_state,
-                                       float_paths=float_paths)
+            wrapper = _function_module(self.module or fn, len(ex_args), list(ex_kwargs), post_state=post_state,
+                                       float_paths=float_paths, reached_from=self.fn,
+                                       module_arguments=self._module_arguments)
             names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
             # keyword arguments travel under the wrapper's own parameter names (_function_module)
             ex_kwargs = dict(zip(names[len(ex_args):], ex_kwargs.values()))
@@ -1051,7 +1106,7 @@ class CompiledFunction:
                 f"{self.name}: export produced {n_user} user inputs for {len(leaf_of_input)} arguments; "
                 "argument structure not supported")
         _compat.forget_example_inputs(ep)
-        self._layout = _module_layout(self.module)
+        self._layout = _module_layout(self._state_owner)
         lowered = lowered_from(ep)
         why = _C.spec_rejects(lowered.text, *args, **kwargs) if marks else ""
         if why:
@@ -1170,7 +1225,7 @@ class CompiledFunction:
                 if now is not ref.tensor or state_key(now) != ref.shape_key or moved:
                     ref.tensor = now
                     invalid = True
-            if self._layout is not None and self._layout != _module_layout(self.module):
+            if self._layout is not None and self._layout != _module_layout(self._state_owner):
                 invalid = True  # train()/eval(), or a parameter or buffer that came or went
             if invalid:
                 log.info("trident: %s: module state changed; dropping %d specializations",

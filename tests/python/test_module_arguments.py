@@ -1,0 +1,157 @@
+"""A module passed as an argument (`step(model, ids, cache)`, `f(x, lin)`): guarded by identity in
+the native structure string (flatten.h "M<N>"), no leaf; its parameters and buffers are the
+specialization's state, as a closure's module's are (compiled.py: _bind_module_arguments). Each
+module gets its own specialization, a hit never runs Python, and the module's parameters, training
+mode and state changes are followed as eager follows them."""
+import warnings
+
+import pytest
+import torch
+
+import trident
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # transformers' renamed cache argument
+
+
+def twice(x, lin):
+    return lin(x) * 2
+
+
+def _linears():
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+
+
+def test_each_module_passed_gets_its_own_specialization_and_hits_natively():
+    a, b = _linears()
+    fast = trident.compile(twice)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback, nothing said
+        for m in (a, b, a, b, a):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(fast(x, m), twice(x, m), rtol=0, atol=0)
+        torch.testing.assert_close(fast(x, lin=b), twice(x, lin=b), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (3, 3, 0), c  # a, b, and b by keyword
+
+
+def test_a_module_argument_follows_its_parameters():
+    a, _ = _linears()
+    fast = trident.compile(twice)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        fast(x, a)
+        a.weight.add_(1.0)  # in place: the same spec sees it
+        torch.testing.assert_close(fast(x, a), twice(x, a), rtol=0, atol=0)
+        assert trident.counters(fast)["specializations"] == 1
+        a.weight = torch.nn.Parameter(torch.randn(4, 8))  # a new tensor: recaptured
+        torch.testing.assert_close(fast(x, a), twice(x, a), rtol=0, atol=0)
+        torch.testing.assert_close(fast(x, a), twice(x, a), rtol=0, atol=0)
+
+
+def test_another_module_at_a_freed_modules_address_is_not_served_by_its_specialization():
+    """The compiled function holds the modules it was passed (their state is its specializations'),
+    so none is freed under it; once the function is dropped, a module at a reused address is new."""
+    fast = trident.compile(twice)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            m = torch.nn.Linear(8, 4)  # each may reuse the last one's memory
+            torch.testing.assert_close(fast(x, m), twice(x, m), rtol=0, atol=0)
+    assert trident.counters(fast)["specializations"] == 3
+
+
+def dropout_through(x, mod):
+    return mod(x)
+
+
+def test_train_mode_of_a_module_argument_or_a_closures_module_recaptures():
+    """`model.train()` changes what dropout traces to: the spec captured in eval mode must not serve
+    (before, a function reaching a module through its closure kept its eval-mode program)."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Dropout(0.5)).eval()
+
+    def closure(x):
+        return m(x)
+
+    for fast, call in ((trident.compile(dropout_through), lambda f, x: f(x, m)),
+                       (trident.compile(closure), lambda f, x: f(x))):
+        x = torch.ones(2, 8)
+        with torch.no_grad():
+            m.eval()
+            torch.testing.assert_close(call(fast, x), m(x), rtol=0, atol=0)
+            m.train()
+            torch.manual_seed(1)
+            got = call(fast, x)
+            torch.manual_seed(1)
+            want = m(x)
+            assert (got == 0).sum() > 0  # dropout ran
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            m.eval()
+            torch.testing.assert_close(call(fast, x), m(x), rtol=0, atol=0)
+
+
+def test_a_module_inside_a_container_still_runs_eagerly_and_says_so():
+    a, b = _linears()
+
+    def both(x, mods):
+        return mods[0](x) + mods[1](x)
+
+    fast = trident.compile(both)
+    x = torch.randn(3, 8)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match=r"argument 1\[0\]: Linear is not supported natively"):
+        torch.testing.assert_close(fast(x, [a, b]), both(x, [a, b]), rtol=0, atol=0)
+
+
+def test_module_argument_specializations_are_not_saved_to_disk(tmp_path):
+    a, _ = _linears()
+    fast = trident.compile(twice)
+    with torch.no_grad():
+        fast(torch.randn(3, 8), a)
+    with pytest.raises(Exception, match="modules passed as arguments"):
+        trident.save(fast, tmp_path / "f.trd")
+
+
+def test_a_transformers_decode_step_taking_the_model_as_an_argument():
+    """`step(model, ids, cache)`, as a decode loop is often written: every step native, logits and
+    the cache equal eager's over a StaticCache."""
+    transformers = pytest.importorskip("transformers")
+    from transformers import StaticCache
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+
+    def step(model, ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    fast = trident.compile(step)
+    mine, theirs = StaticCache(config=cfg, max_cache_len=16), StaticCache(config=cfg, max_cache_len=16)
+    ids = torch.tensor([[5]])
+    with torch.no_grad():
+        for _ in range(6):
+            got, want = fast(model, ids, mine), step(model, ids, theirs)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            ids = want[:, -1:].argmax(-1)
+    c = trident.counters(fast)
+    # the first step (the cache's layers made lazily), then every later step (test_hf_caches.py)
+    assert (c["specializations"], c["hits"], c["fallbacks"], c["split_calls"]) == (2, 4, 0, 0), c
+    for a, b in zip(mine.layers, theirs.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
+
+
+def scaled_by_its_own_weight(w, lin):
+    return lin(w) * 2  # w is lin's own weight, passed beside it
+
+
+def test_an_argument_that_is_the_module_arguments_own_parameter():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    fast = trident.compile(scaled_by_its_own_weight)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(lin.weight, lin), scaled_by_its_own_weight(lin.weight, lin),
+                                       rtol=0, atol=0)
+            lin.weight.mul_(0.5)
+    assert trident.counters(fast)["fallbacks"] == 0

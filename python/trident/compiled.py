@@ -384,6 +384,16 @@ def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
     return names
 
 
+def _module_argument_words(args: tuple, kwargs: dict, signature) -> list[str]:
+    """Per module argument, what a spec serves in words (explain): `lin: the Linear it was captured
+    with (by identity)`."""
+    params = [n for n, p in (signature.parameters.items() if signature is not None else ())
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    named = [(params[k] if k < len(params) else f"args[{k}]", a) for k, a in enumerate(args)] + list(kwargs.items())
+    return [f"{name}: the {type(v).__name__} it was captured with (by identity)"
+            for name, v in named if _is_module_argument(v)]
+
+
 def _dense_layout(sizes, strides) -> tuple:
     """Which dims are ordered and strided as a contiguous tensor's would be, and the stride order:
     what a capture with symbolic sizes may have relied on (contiguity decides view vs copy)."""
@@ -723,7 +733,7 @@ class CompiledFunction:
         if why is not None:
             self._overlap_eager[key] = why
             return why
-        self._install(lowered, _leaf_names(args, kwargs, self.signature))
+        self._install(lowered, _leaf_names(args, kwargs, self.signature), _module_argument_words(args, kwargs, self.signature))
         return None
 
     def _module_tensors(self, args=(), kwargs=None) -> list:
@@ -750,7 +760,7 @@ class CompiledFunction:
         lowered = self._lower(args, kwargs, structure, leaves)
         why = self._state_clash(lowered, args, kwargs)
         if why is None:
-            self._install(lowered, _leaf_names(args, kwargs, self.signature))
+            self._install(lowered, _leaf_names(args, kwargs, self.signature), _module_argument_words(args, kwargs, self.signature))
         return why
 
     def _state_clash(self, lowered, args, kwargs) -> str | None:
@@ -765,13 +775,15 @@ class CompiledFunction:
                 "the function reads, and the function writes one of them; compiled code assumes what it "
                 "writes overlaps nothing else it reads, so calls like this run the original function eagerly")
 
-    def _install(self, lowered, leaf_names: list[str]):
-        """Adds a captured spec; `leaf_names` names its leaves as the installing call did (explain)."""
+    def _install(self, lowered, leaf_names: list[str], module_words: list[str] = ()):
+        """Adds a captured spec; `leaf_names` names its leaves as the installing call did, and
+        `module_words` its module arguments (explain)."""
         from . import process_groups
         self._add_spec(lowered.text, sorted(lowered.written), sorted(lowered.state_written), lowered.ops,
                        [tuple(str(x) for x in n) for n in lowered.kernel_notes], bool(lowered.state),
                        lowered.route, process_groups.used_by(lowered.text))
         self.installed[-1]["leaf_names"] = leaf_names
+        self.installed[-1]["module_words"] = list(module_words)
         self._save_automatic()
 
     def _add_spec(self, text: str, written: list, state_written: list, ops: list, kernel_notes: list,

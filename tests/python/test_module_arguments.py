@@ -33,6 +33,9 @@ def test_each_module_passed_gets_its_own_specialization_and_hits_natively():
         torch.testing.assert_close(fast(x, lin=b), twice(x, lin=b), rtol=0, atol=0)
     c = trident.counters(fast)
     assert (c["specializations"], c["hits"], c["fallbacks"]) == (3, 3, 0), c  # a, b, and b by keyword
+    text = trident.explain(fast)
+    assert "spec 0 serves calls where: grad mode off; x: float32 tensor on cpu" in text, text
+    assert "lin: the Linear it was captured with (by identity)" in text, text
 
 
 def test_a_module_argument_follows_its_parameters():

@@ -3,6 +3,7 @@ specialization), the module-state bookkeeping and the policies. The callable use
 native SCM object; this controller is reached only on a miss or a state change."""
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -107,12 +108,20 @@ def _global_names(code) -> set:
 def _reached_state(fn) -> dict:
     """{name: module or parameter} that fn reaches through its closure cells and the globals its code
     names, and, the same way, through the plain functions of fn's own Python module that it names
-    (its helpers), up to _HELPER_DEPTH calls deep. Functions of other modules (libraries) are not
+    (its helpers), up to _HELPER_DEPTH calls deep; and the modules and parameters a functools.partial
+    binds (`partial(step, model)`), with its function's. Functions of other modules (libraries) are not
     followed; state reached only there makes capture fail with an error saying so (_capture_hint)."""
     found: dict = {}
     seen: set = set()
 
     def visit(f, prefix: str, depth: int):
+        if isinstance(f, functools.partial):  # trident.compile(functools.partial(step, model))
+            bound = list(enumerate(f.args)) + list((f.keywords or {}).items())
+            for name, v in bound:
+                if isinstance(v, (torch.nn.Module, torch.nn.Parameter)):
+                    found.setdefault(f"{prefix}partial_{name}", v)
+            visit(f.func, prefix, depth)
+            return
         code = getattr(f, "__code__", None)
         if code is None or id(f) in seen:
             return

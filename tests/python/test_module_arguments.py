@@ -158,3 +158,23 @@ def test_an_argument_that_is_the_module_arguments_own_parameter():
                                        rtol=0, atol=0)
             lin.weight.mul_(0.5)
     assert trident.counters(fast)["fallbacks"] == 0
+
+
+def test_a_partial_binding_the_module_is_captured_natively():
+    """`trident.compile(functools.partial(twice_of, lin))`: the module the partial binds is reached as
+    a closure's is (before, the capture failed on its parameter's name and every call ran split)."""
+    import functools
+    a, _ = _linears()
+
+    def twice_of(lin, x):
+        return lin(x) * 2
+
+    fast = trident.compile(functools.partial(twice_of, a))
+    x = torch.randn(3, 8)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            torch.testing.assert_close(fast(x), twice_of(a, x), rtol=0, atol=0)
+            a.weight.mul_(0.5)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c

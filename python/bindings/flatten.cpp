@@ -234,7 +234,9 @@ bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
     return true;
   } else if (int32_t class_id = depth < kMaxDepth ? object_class_id(Py_TYPE(obj)) : -1; class_id >= 0) {
     return add_object(obj, class_id, out, depth);
-  } else if (attribute && add_constant(obj, out)) {
+  } else if ((attribute || depth == 0) && add_constant(obj, out)) {
+    // an attribute's constant, or an argument itself that is one (`mode="mean"`, `dtype=torch.half`):
+    // guarded by value; the capture binds an argument's into the call (compiled.py)
     return true;
   } else if (int32_t module_id = depth == 0 ? module_argument_id(obj) : -1; module_id != -1) {
     // A module passed as an argument (`step(model, ids, cache)`): guarded by identity, no leaf;

@@ -6,7 +6,8 @@
 //                keys (#<decimal>), in insertion order, as pytree flattens it, nested freely;
 //                <N{name=...,name=...}> an instance of registered class N (arg_objects.h), its
 //                instance dictionary in insertion order
-//   constants    as attribute values of such objects only, guarded by value: s<len>:<utf-8 bytes>
+//   constants    as attribute values of such objects, or as arguments themselves (not inside a
+//                container), guarded by value: s<len>:<utf-8 bytes>
 //                a str, y<c10 ScalarType> a dtype, d<type>.<index> a device, c<N> a class by
 //                identity (number N in arg_objects.h's table)
 //   modules      M<N> a torch.nn.Module passed as an argument itself (not inside a container),

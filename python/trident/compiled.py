@@ -45,7 +45,7 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
     the forward passes fn their `.item()` (the arguments it returns after the call stay as given).
 
     `reached_from`: the function whose closure and globals hold the state (fn's own by default; the
-    user's function where fn puts module arguments back, _bind_module_arguments). `module_arguments`:
+    user's function where fn puts bound arguments back, _bind_arguments). `module_arguments`:
     every module the function has been passed as an argument, submodule `argmod_<k>` each, so that
     every specialization's state names (`argmod_1.weight`) resolve on the latest wrapper."""
     params = [f"a{i}" for i in range(npos)]
@@ -306,8 +306,8 @@ def _mark_leaves(args: tuple, kwargs: dict):
         values.append(x)
         return _Leaf(len(values) - 1)
 
-    margs = tuple(a if _is_module_argument(a) else _map_arg_tree(a, mark, "") for a in args)
-    mkwargs = {k: v if _is_module_argument(v) else _map_arg_tree(v, mark, "") for k, v in kwargs.items()}
+    margs = tuple(a if _is_bound_argument(a) else _map_arg_tree(a, mark, "") for a in args)
+    mkwargs = {k: v if _is_bound_argument(v) else _map_arg_tree(v, mark, "") for k, v in kwargs.items()}
     return margs, mkwargs, values
 
 
@@ -317,11 +317,20 @@ def _is_module_argument(x) -> bool:
     return isinstance(x, torch.nn.Module)
 
 
-def _bind_module_arguments(fn, args: tuple, kwargs: dict):
-    """(function, args, kwargs) without the module arguments: the function puts them back where
-    the caller passed them, so the capture reaches each module as it reaches one a closure holds."""
-    at = [(i, a) for i, a in enumerate(args) if _is_module_argument(a)]
-    named = {k: v for k, v in kwargs.items() if _is_module_argument(v)}
+def _is_bound_argument(x) -> bool:
+    """An argument itself (not inside a container) the native flattener guards without a leaf: a
+    module (by identity), or a constant flatten.cpp's add_constant takes (by value: an exact str, a
+    dtype, a device, a class). The capture binds it into the call (_bind_arguments). Must say what
+    flatten.cpp says, or the leaves' numbering would differ."""
+    return (_is_module_argument(x) or type(x) is str or isinstance(x, (torch.dtype, torch.device, type)))
+
+
+def _bind_arguments(fn, args: tuple, kwargs: dict):
+    """(function, args, kwargs) without the bound arguments (_is_bound_argument): the function puts
+    them back where the caller passed them, so the capture reaches each module as it reaches one a
+    closure holds, and each constant as a closure's constant."""
+    at = [(i, a) for i, a in enumerate(args) if _is_bound_argument(a)]
+    named = {k: v for k, v in kwargs.items() if _is_bound_argument(v)}
 
     def with_modules(*rest, **rest_kwargs):
         full = list(rest)
@@ -329,8 +338,8 @@ def _bind_module_arguments(fn, args: tuple, kwargs: dict):
             full.insert(i, m)
         return fn(*full, **rest_kwargs, **named)
 
-    return (with_modules, tuple(a for a in args if not _is_module_argument(a)),
-            {k: v for k, v in kwargs.items() if not _is_module_argument(v)})
+    return (with_modules, tuple(a for a in args if not _is_bound_argument(a)),
+            {k: v for k, v in kwargs.items() if not _is_bound_argument(v)})
 
 
 def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
@@ -349,7 +358,7 @@ def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
             out.append((x, path))
 
     for i, v in enumerate(list(args) + list(kwargs.values())):
-        if not _is_module_argument(v):
+        if not _is_bound_argument(v):
             walk(v, (i,))
     return out
 
@@ -385,22 +394,22 @@ def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
         params.append(name)
     names: list[str] = []
     for k, a in enumerate(args):
-        if not _is_module_argument(a):
+        if not _is_bound_argument(a):
             _map_arg_tree(a, lambda _x, path: names.append(path), params[k] if k < len(params) else f"args[{k}]")
     for k, v in kwargs.items():
-        if not _is_module_argument(v):
+        if not _is_bound_argument(v):
             _map_arg_tree(v, lambda _x, path: names.append(path), k)
     return names
 
 
-def _module_argument_words(args: tuple, kwargs: dict, signature) -> list[str]:
-    """Per module argument, what a spec serves in words (explain): `lin: the Linear it was captured
-    with (by identity)`."""
+def _bound_argument_words(args: tuple, kwargs: dict, signature) -> list[str]:
+    """Per bound argument (_is_bound_argument), what a spec serves in words (explain): `lin: the
+    Linear it was captured with (by identity)`, `mode == 'mean'`."""
     params = [n for n, p in (signature.parameters.items() if signature is not None else ())
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     named = [(params[k] if k < len(params) else f"args[{k}]", a) for k, a in enumerate(args)] + list(kwargs.items())
-    return [f"{name}: the {type(v).__name__} it was captured with (by identity)"
-            for name, v in named if _is_module_argument(v)]
+    return [f"{name}: the {type(v).__name__} it was captured with (by identity)" if _is_module_argument(v)
+            else f"{name} == {v!r}" for name, v in named if _is_bound_argument(v)]
 
 
 def _dense_layout(sizes, strides) -> tuple:
@@ -742,7 +751,7 @@ class CompiledFunction:
         if why is not None:
             self._overlap_eager[key] = why
             return why
-        self._install(lowered, _leaf_names(args, kwargs, self.signature), _module_argument_words(args, kwargs, self.signature))
+        self._install(lowered, _leaf_names(args, kwargs, self.signature), _bound_argument_words(args, kwargs, self.signature))
         return None
 
     def _module_tensors(self, args=(), kwargs=None) -> list:
@@ -769,7 +778,7 @@ class CompiledFunction:
         lowered = self._lower(args, kwargs, structure, leaves)
         why = self._state_clash(lowered, args, kwargs)
         if why is None:
-            self._install(lowered, _leaf_names(args, kwargs, self.signature), _module_argument_words(args, kwargs, self.signature))
+            self._install(lowered, _leaf_names(args, kwargs, self.signature), _bound_argument_words(args, kwargs, self.signature))
         return why
 
     def _state_clash(self, lowered, args, kwargs) -> str | None:
@@ -784,15 +793,15 @@ class CompiledFunction:
                 "the function reads, and the function writes one of them; compiled code assumes what it "
                 "writes overlaps nothing else it reads, so calls like this run the original function eagerly")
 
-    def _install(self, lowered, leaf_names: list[str], module_words: list[str] = ()):
+    def _install(self, lowered, leaf_names: list[str], bound_words: list[str] = ()):
         """Adds a captured spec; `leaf_names` names its leaves as the installing call did, and
-        `module_words` its module arguments (explain)."""
+        `bound_words` its arguments bound into the capture: modules, constants (explain)."""
         from . import process_groups
         self._add_spec(lowered.text, sorted(lowered.written), sorted(lowered.state_written), lowered.ops,
                        [tuple(str(x) for x in n) for n in lowered.kernel_notes], bool(lowered.state),
                        lowered.route, process_groups.used_by(lowered.text))
         self.installed[-1]["leaf_names"] = leaf_names
-        self.installed[-1]["module_words"] = list(module_words)
+        self.installed[-1]["bound_words"] = list(bound_words)
         self._save_automatic()
 
     def _add_spec(self, text: str, written: list, state_written: list, ops: list, kernel_notes: list,
@@ -1011,15 +1020,16 @@ class CompiledFunction:
         else:
             ex_args, ex_kwargs, m_args, m_kwargs = args, kwargs, margs, mkwargs
         fn = self.fn
-        if any(_is_module_argument(v) for v in tuple(ex_args) + tuple(ex_kwargs.values())):
+        if any(_is_bound_argument(v) for v in tuple(ex_args) + tuple(ex_kwargs.values())):
             if self.module is not None:
-                raise UnsupportedError(f"{self.name}: a module passed as an argument to a compiled module is not "
-                                       "captured (compile a function that takes both, or reach it as an attribute)")
+                raise UnsupportedError(f"{self.name}: a module, str, dtype, device or class passed as an argument "
+                                       "to a compiled module is not captured (compile a function that calls the "
+                                       "module with it)")
             for v in tuple(ex_args) + tuple(ex_kwargs.values()):
                 if _is_module_argument(v) and not any(v is m for m in self._module_arguments):
                     self._module_arguments.append(v)
-            fn, ex_args, ex_kwargs = _bind_module_arguments(self.fn, tuple(ex_args), dict(ex_kwargs))
-            _, m_args, m_kwargs = _bind_module_arguments(self.fn, tuple(m_args), dict(m_kwargs))
+            fn, ex_args, ex_kwargs = _bind_arguments(self.fn, tuple(ex_args), dict(ex_kwargs))
+            _, m_args, m_kwargs = _bind_arguments(self.fn, tuple(m_args), dict(m_kwargs))
         # Run-time floats (float_symbols.py) reach export as 0-dim tensors at these paths of the
         # wrapper's (a0.., k0..): the leaves _tuple_paths finds among the marked ones.
         floats = {leaf for kind, leaf, *_ in marks if kind == "float"}

@@ -65,7 +65,7 @@ def explain(compiled, *args, **kwargs) -> str:
     for k, spec in enumerate(c.installed):
         lines.append(f"  spec {k} captured by: {spec.get('route') or 'unknown'}")
         lines.append(f"  spec {k} serves calls where: " + "; ".join(spec_in_words(spec["text"], spec.get("leaf_names"))
-                                                                      + spec.get("module_words", [])))
+                                                                      + spec.get("bound_words", [])))
         for name, rank, size in spec.get("groups") or []:
             lines.append(f"  spec {k} runs collectives on process group '{name}' as rank {rank} of {size} "
                          "(dropped if a process group is destroyed)")

@@ -178,3 +178,42 @@ def test_a_partial_binding_the_module_is_captured_natively():
             a.weight.mul_(0.5)
     c = trident.counters(fast)
     assert (c["specializations"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c
+
+
+def by_mode(x, mode: str, dtype=torch.float32):
+    y = x.to(dtype)
+    return y.sum() if mode == "sum" else y.mean() if mode == "mean" else y * len(mode)
+
+
+def test_str_dtype_and_device_arguments_are_guarded_by_value():
+    """A str, dtype or device passed as an argument itself (`reduction="mean"`, `dtype=torch.half`):
+    guarded by value in the structure string, no leaf, a specialization per value, each call native.
+    A string with quotes, a newline, a backslash, a C comment's end and non-ASCII reaches the
+    generated C only escaped (the module compiles and selects by it)."""
+    fast = trident.compile(by_mode)
+    x = torch.randn(4, 3)
+    odd = 'a"b\\nc\n*/ é'
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for mode, dtype in (("sum", torch.float32), ("mean", torch.float64), ("sum", torch.float32), (odd, torch.float16),
+                            ("mean", torch.float64), (odd, torch.float16)):
+            torch.testing.assert_close(fast(x, mode, dtype=dtype), by_mode(x, mode, dtype=dtype), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (3, 3, 0), c
+    text = trident.explain(fast)
+    assert "mode == 'sum'; dtype == torch.float32" in text, text
+    assert trident.explain(fast, x, "max").count("fails") == 3  # a fourth value selects nothing
+
+
+def on_device(x, device):
+    return torch.ones(2, device=device) + x.to(device)
+
+
+def test_a_device_argument():
+    fast = trident.compile(on_device)
+    x = torch.randn(2)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x, torch.device("cpu")), on_device(x, torch.device("cpu")), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (1, 2, 0), c

@@ -26,8 +26,8 @@ _registered: set[type] = set()  # classes the native table flattens: by attribut
 
 
 def is_constant(value) -> bool:
-    """A direct attribute value that is guarded by value instead of being a leaf (flatten.cpp:
-    add_constant)."""
+    """A direct attribute value, or an argument itself, that is guarded by value instead of being a
+    leaf (flatten.cpp: add_constant)."""
     return type(value) is str or isinstance(value, (torch.dtype, torch.device, type))
 
 

@@ -319,10 +319,9 @@ def _is_module_argument(x) -> bool:
 
 def _is_bound_argument(x) -> bool:
     """An argument itself (not inside a container) the native flattener guards without a leaf: a
-    module (by identity), or a constant flatten.cpp's add_constant takes (by value: an exact str, a
-    dtype, a device, a class). The capture binds it into the call (_bind_arguments). Must say what
-    flatten.cpp says, or the leaves' numbering would differ."""
-    return (_is_module_argument(x) or type(x) is str or isinstance(x, (torch.dtype, torch.device, type)))
+    module (by identity), or a constant (by value, arg_objects.is_constant). The capture binds it
+    into the call (_bind_arguments)."""
+    return _is_module_argument(x) or arg_objects.is_constant(x)
 
 
 def _bind_arguments(fn, args: tuple, kwargs: dict):
@@ -332,13 +331,13 @@ def _bind_arguments(fn, args: tuple, kwargs: dict):
     at = [(i, a) for i, a in enumerate(args) if _is_bound_argument(a)]
     named = {k: v for k, v in kwargs.items() if _is_bound_argument(v)}
 
-    def with_modules(*rest, **rest_kwargs):
+    def with_bound(*rest, **rest_kwargs):
         full = list(rest)
-        for i, m in at:
-            full.insert(i, m)
+        for i, v in at:
+            full.insert(i, v)
         return fn(*full, **rest_kwargs, **named)
 
-    return (with_modules, tuple(a for a in args if not _is_bound_argument(a)),
+    return (with_bound, tuple(a for a in args if not _is_bound_argument(a)),
             {k: v for k, v in kwargs.items() if not _is_bound_argument(v)})
 
 
@@ -1051,7 +1050,7 @@ class CompiledFunction:
         if not post_state:
             pre_state = None
         state_prefix = ""
-        if self.module is not None and not post_state and not float_paths:  # (no module arguments here)
+        if self.module is not None and not post_state and not float_paths:
             wrapper, names = self.module, list(self.signature.bind(*ex_args, **ex_kwargs).arguments) \
                 if self.signature is not None else None
         else:

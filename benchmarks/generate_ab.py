@@ -11,7 +11,8 @@ difference over the extra tokens, the median over rounds reported with all round
     python3 benchmarks/generate_ab.py --model llama-1b [--rounds 5] [--steps 35]
 
 Prints one table last: per-token cost, ms per token of the long output with its prefill, and the
-tokens equal to eager's."""
+tokens equal to eager's; then trident's speed over transformers' compile, per token and in tokens/s
+of the long call (prefill included), each taken within a round and its median over the rounds."""
 import argparse
 import statistics
 
@@ -56,9 +57,10 @@ def main():
     outs = {}
     try:
         with torch.no_grad():
-            for mode in MODES:  # compiles, captures, warm-up
-                use(mode)
+            for mode in MODES:  # compiles, captures, warm-up, both lengths (a new cache length
+                use(mode)          # recompiles transformers' compile)
                 timed(long)
+                timed(short)
                 timed(long)
             for _ in range(a.rounds):
                 for mode in MODES:
@@ -82,6 +84,12 @@ def main():
         same = int((outs[mode] == want).all(0).long().cumprod(0).sum())
         print(f"{mode:<22}{per_token:>10.3f}{per_call:>11.3f}  {same}/{want.shape[1]:<19}"
               f"{[round(x[0], 3) for x in r]}")
+    # The host drifts between rounds: the ratio is taken within each round (modes side by side),
+    # then its median. Tokens/s of a generate() call = new tokens / the call's time, prefill included.
+    for what, i in (("per token", 0), (f"tokens/s of a {long}-token call", 1)):
+        ratios = [h[i] / t[i] for h, t in zip(rows["hf-compile"], rows["trident"])]
+        print(f"trident over hf-compile, {what}: median {statistics.median(ratios):.2f}x, "
+              f"each round {[round(x, 2) for x in ratios]}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,12 @@ namespace {
 
 constexpr int kMaxDepth = 8;
 
-bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute = false);
+// Where an object stands decides which constants (add_constant) it may be: an argument itself or an
+// object's attribute may be any; an item of a tuple, list or dict only a str, the one export takes
+// both as an input that its trace specializes on and as an output (a capture returns the call's
+// lists and dicts); an item of an object flattened by its items (a ModelOutput) none.
+enum class Place { kArgument, kAttribute, kItem, kObjectItem };
+bool add(PyObject* obj, FlatArgs& out, int depth, Place place);
 
 // Appends v in decimal (std::to_chars: no locale, no format parsing; snprintf was a tenth of a
 // 36-layer StaticCache's flattening).
@@ -55,10 +60,34 @@ bool identifier_name(PyObject* key, const char** name, Py_ssize_t* len) {
   return *name != nullptr;
 }
 
-// An attribute value that is a constant of the object rather than a leaf: a str, a dtype, a
-// device or a class, guarded by value (a class by identity) in the structure string.
-bool add_constant(PyObject* obj, FlatArgs& out) {
+// enum.Enum, looked up once (a strong reference); null if the import failed.
+PyTypeObject* enum_type() {
+  static PyObject* type = [] {
+    PyObject* mod = PyImport_ImportModule("enum");
+    PyObject* t = mod ? PyObject_GetAttrString(mod, "Enum") : nullptr;
+    Py_XDECREF(mod);
+    if (!t) PyErr_Clear();
+    return t;
+  }();
+  return type && PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type) : nullptr;
+}
+
+bool is_enum_member(PyObject* obj) {
+  PyTypeObject* e = enum_type();
+  return e && PyType_IsSubtype(Py_TYPE(obj), e);
+}
+
+// A value that is a constant of the call rather than a leaf: a str, a dtype, a device, a class or
+// an enum member, guarded by value (a class and an enum member by identity) in the structure
+// string. `place` narrows which (Place); mirrored by arg_objects.is_constant.
+bool add_constant(PyObject* obj, FlatArgs& out, Place place) {
   std::string& s = out.structure;
+  if (place == Place::kObjectItem) return false;
+  if (place != Place::kItem && is_enum_member(obj)) {  // first: an IntEnum or StrEnum member is an int or str too
+    s += 'e';
+    append_int(s, intern_object(obj));
+    return true;
+  }
   if (PyUnicode_CheckExact(obj)) {
     Py_ssize_t n = 0;
     const char* text = PyUnicode_AsUTF8AndSize(obj, &n);
@@ -71,6 +100,8 @@ bool add_constant(PyObject* obj, FlatArgs& out) {
     append_int(s, n);
     s += ':';
     s.append(text, static_cast<size_t>(n));
+  } else if (place == Place::kItem) {
+    return false;  // export takes no dtype, device, class or enum member as an input or output
   } else if (THPDtype_Check(obj)) {
     s += 'y';
     append_int(s, static_cast<int>(reinterpret_cast<THPDtype*>(obj)->scalar_type));
@@ -120,7 +151,7 @@ bool add_object(PyObject* obj, int32_t class_id, FlatArgs& out, int depth) {
     if (!first) out.structure += ',';
     out.structure.append(name, static_cast<size_t>(len));
     out.structure += '=';
-    if (!add(value, out, depth + 1, !items)) {
+    if (!add(value, out, depth + 1, items ? Place::kObjectItem : Place::kAttribute)) {
       out.where = (items ? "['" + std::string(name, static_cast<size_t>(len)) + "']"
                          : "." + std::string(name, static_cast<size_t>(len))) + out.where;
       ok = false;
@@ -132,9 +163,8 @@ bool add_object(PyObject* obj, int32_t class_id, FlatArgs& out, int depth) {
 }
 
 // On failure `out.unsupported` names the type and `out.where` the path below the argument; the
-// caller prefixes which argument held it. `attribute`: obj is an attribute value of an object,
-// where constants (add_constant) are allowed.
-bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
+// caller prefixes which argument held it.
+bool add(PyObject* obj, FlatArgs& out, int depth, Place place) {
   trd_leaf leaf;
   std::memset(&leaf, 0, sizeof leaf);
   if (THPVariable_CheckExact(obj)) {
@@ -188,7 +218,7 @@ bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
     Py_ssize_t n = tuple ? PyTuple_GET_SIZE(obj) : PyList_GET_SIZE(obj);
     for (Py_ssize_t k = 0; k < n; ++k) {
       PyObject* item = tuple ? PyTuple_GET_ITEM(obj, k) : PyList_GET_ITEM(obj, k);  // borrowed
-      if (!add(item, out, depth + 1)) {
+      if (!add(item, out, depth + 1, Place::kItem)) {
         out.where = "[" + std::to_string(k) + "]" + out.where;
         return false;
       }
@@ -225,7 +255,7 @@ bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
       if (!first) out.structure += ',';
       out.structure += key_text;
       out.structure += '=';
-      if (!add(value, out, depth + 1)) {
+      if (!add(value, out, depth + 1, Place::kItem)) {
         out.where = (key_text[0] == '#' ? "[" + key_text.substr(1) + "]" : "['" + key_text + "']") + out.where;
         return false;
       }
@@ -234,9 +264,9 @@ bool add(PyObject* obj, FlatArgs& out, int depth, bool attribute) {
     return true;
   } else if (int32_t class_id = depth < kMaxDepth ? object_class_id(Py_TYPE(obj)) : -1; class_id >= 0) {
     return add_object(obj, class_id, out, depth);
-  } else if ((attribute || depth == 0) && add_constant(obj, out)) {
-    // an attribute's constant, or an argument itself that is one (`mode="mean"`, `dtype=torch.half`):
-    // guarded by value; the capture binds an argument's into the call (compiled.py)
+  } else if (add_constant(obj, out, place)) {
+    // `mode="mean"`, `dtype=torch.half`, `{"act": "gelu"}`, `Mode.FAST`: guarded by value; the
+    // capture binds an argument itself into the call (compiled.py), export takes the others
     return true;
   } else if (int32_t module_id = depth == 0 ? module_argument_id(obj) : -1; module_id != -1) {
     // A module passed as an argument (`step(model, ids, cache)`): guarded by identity, no leaf;
@@ -344,7 +374,7 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
   out.nodes.reserve(last_nodes);
   out.structure.reserve(last_structure);
   for (Py_ssize_t k = 0; k < nargs; ++k)
-    if (!add(args[k], out, 0)) {
+    if (!add(args[k], out, 0, Place::kArgument)) {
       out.unsupported = "argument " + std::to_string(k) + out.where + ": " + out.unsupported;
       return false;
     }
@@ -362,7 +392,7 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
       out.structure += ';';
       out.structure.append(name, static_cast<size_t>(len));
       out.structure += '=';
-      if (!add(args[nargs + k], out, 0)) {
+      if (!add(args[nargs + k], out, 0, Place::kArgument)) {
         out.unsupported = "argument '" + std::string(name, static_cast<size_t>(len)) + "'" + out.where + ": " +
                           out.unsupported;
         return false;

@@ -6,10 +6,10 @@
 //                keys (#<decimal>), in insertion order, as pytree flattens it, nested freely;
 //                <N{name=...,name=...}> an instance of registered class N (arg_objects.h), its
 //                instance dictionary in insertion order
-//   constants    as attribute values of such objects, or as arguments themselves (not inside a
-//                container), guarded by value: s<len>:<utf-8 bytes>
-//                a str, y<c10 ScalarType> a dtype, d<type>.<index> a device, c<N> a class by
-//                identity (number N in arg_objects.h's table)
+//   constants    as attribute values of such objects, or as arguments themselves, guarded by
+//                value: s<len>:<utf-8 bytes> a str, y<c10 ScalarType> a dtype, d<type>.<index> a
+//                device, c<N> a class and e<N> an enum member by identity (number N in
+//                arg_objects.h's table); inside a tuple, list or dict only a str (flatten.cpp: Place)
 //   modules      M<N> a torch.nn.Module passed as an argument itself (not inside a container),
 //                by identity (number N in arg_objects.h's table of weak references); no leaf
 //   keywords     after the positional part, each as ";name=" then its value's code
@@ -19,7 +19,7 @@
 // the Python capture path through describe_args(), so the compiled guards and the hot path cannot
 // disagree.
 //
-// Anything else (strings, dict subclasses or other keys, tensor subclasses, dtypes, ...) makes
+// Anything else (dict subclasses or other keys, tensor subclasses, a dtype inside a list, ...) makes
 // flatten fail with the path of the offending argument; the call then takes the Python miss path,
 // which decides what to do.
 #pragma once

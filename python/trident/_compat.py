@@ -357,6 +357,16 @@ def _install_mutation_cache() -> bool:
     return True
 
 
+def _str_guard_text_is_lossy(code: str) -> bool:
+    """Whether a guard's code is one torch.export cannot turn into a check: Dynamo writes a str
+    guard's value between single quotes unescaped (a dict argument's item `{"sep": "\\n"}`), and
+    export quotes the guard's text inside a double-quoted message and drops its newlines, so a
+    backslash, a double quote or a control character makes the generated code a SyntaxError or a
+    check of another string. Guard code of sizes and ints holds none of them. Such a guard is of a
+    str argument item, which the structure string guards natively by its exact bytes."""
+    return "\\" in code or '"' in code or any(ord(ch) < 32 for ch in code)
+
+
 def _install_guard_paths_fix() -> bool:
     """torch.export's unlifted module (what run_decompositions retraces) checks the export's guards
     in generated code, made by replacing each input's path in the guard text with `args[i]`, in input
@@ -375,6 +385,7 @@ def _install_guard_paths_fix() -> bool:
         return True
 
     def _convert_guards_code_to_fn(guards_code, paths_of_placeholders, *rest, **kwargs):
+        guards_code = [c for c in guards_code if not _str_guard_text_is_lossy(c)]
         texts = ["L" + pytree.keystr(p) for p in paths_of_placeholders]
         if not any(a != b and b.startswith(a) for a in texts for b in texts):
             return orig(guards_code, paths_of_placeholders, *rest, **kwargs)

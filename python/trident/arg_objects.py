@@ -26,9 +26,15 @@ _registered: set[type] = set()  # classes the native table flattens: by attribut
 
 
 def is_constant(value) -> bool:
-    """A direct attribute value, or an argument itself, that is guarded by value instead of being a
-    leaf (flatten.cpp: add_constant)."""
-    return type(value) is str or isinstance(value, (torch.dtype, torch.device, type))
+    """A direct attribute value, or an argument itself, that is guarded by value (an enum member
+    and a class by identity) instead of being a leaf (flatten.cpp: add_constant)."""
+    return type(value) is str or isinstance(value, (torch.dtype, torch.device, type, enum.Enum))
+
+
+def is_item_constant(value) -> bool:
+    """An item of a tuple, list or dict argument that is such a constant: a str, the one export
+    takes as an input its trace specializes on and as an output (flatten.cpp: Place::kItem)."""
+    return type(value) is str
 
 
 def admits(cls: type) -> str | None:

@@ -3,6 +3,7 @@ specialization), the module-state bookkeeping and the policies. The callable use
 native SCM object; this controller is reached only on a miss or a state change."""
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import logging
@@ -275,9 +276,9 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
     `objects_as_lists` the list of its mapped non-constant attributes (export's dynamic_shapes for
     a pytree node)."""
     if type(x) in (tuple, list):
-        return type(x)(_map_arg_tree(v, fn, f"{path}[{i}]", objects_as_lists) for i, v in enumerate(x))
+        return type(x)(_map_item(v, fn, f"{path}[{i}]", objects_as_lists) for i, v in enumerate(x))
     if type(x) is dict:
-        return {k: _map_arg_tree(v, fn, f"{path}[{k!r}]", objects_as_lists) for k, v in x.items()}
+        return {k: _map_item(v, fn, f"{path}[{k!r}]", objects_as_lists) for k, v in x.items()}
     if arg_objects.is_by_items(type(x)):  # a dict subclass its library flattens by items (ModelOutput)
         if objects_as_lists:
             return [_map_arg_tree(v, fn, f"{path}[{k!r}]", True) for k, v in x.items()]
@@ -294,6 +295,14 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
         obj.__dict__.update(attrs)
         return obj
     return fn(x, path)
+
+
+def _map_item(v, fn, path: str, objects_as_lists: bool):
+    """_map_arg_tree of a tuple's, list's or dict's item: a constant there (a str,
+    arg_objects.is_item_constant) stays as it is, no leaf (in export's dynamic_shapes, None)."""
+    if arg_objects.is_item_constant(v):
+        return None if objects_as_lists else v
+    return _map_arg_tree(v, fn, path, objects_as_lists)
 
 
 def _mark_leaves(args: tuple, kwargs: dict):
@@ -350,7 +359,8 @@ def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
     def walk(x, path):
         if type(x) is tuple:
             for i, v in enumerate(x):
-                walk(v, path + (i,))
+                if not arg_objects.is_item_constant(v):
+                    walk(v, path + (i,))
         elif type(x) in (list, dict) or arg_objects.is_flattened(type(x)) or arg_objects.is_by_items(type(x)):
             _map_arg_tree(x, lambda v, _p: out.append((v, None)), "")
         else:
@@ -408,6 +418,7 @@ def _bound_argument_words(args: tuple, kwargs: dict, signature) -> list[str]:
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     named = [(params[k] if k < len(params) else f"args[{k}]", a) for k, a in enumerate(args)] + list(kwargs.items())
     return [f"{name}: the {type(v).__name__} it was captured with (by identity)" if _is_module_argument(v)
+            else f"{name} is {type(v).__name__}.{v.name}" if isinstance(v, enum.Enum)
             else f"{name} == {v!r}" for name, v in named if _is_bound_argument(v)]
 
 

@@ -1,8 +1,13 @@
 """A module passed as an argument (`step(model, ids, cache)`, `f(x, lin)`): guarded by identity in
 the native structure string (flatten.h "M<N>"), no leaf; its parameters and buffers are the
-specialization's state, as a closure's module's are (compiled.py: _bind_module_arguments). Each
+specialization's state, as a closure's module's are (compiled.py: _bind_arguments). Each
 module gets its own specialization, a hit never runs Python, and the module's parameters, training
-mode and state changes are followed as eager follows them."""
+mode and state changes are followed as eager follows them. Constants the same way: a str, dtype,
+device, class or enum member passed alone or as an object's attribute, and a str inside a list or
+dict, guarded by value (flatten.cpp: add_constant), the capture binding an argument itself into the
+call (_bind_arguments)."""
+import dataclasses
+import enum
 import warnings
 
 import pytest
@@ -217,3 +222,94 @@ def test_a_device_argument():
             torch.testing.assert_close(fast(x, torch.device("cpu")), on_device(x, torch.device("cpu")), rtol=0, atol=0)
     c = trident.counters(fast)
     assert (c["specializations"], c["hits"], c["fallbacks"]) == (1, 2, 0), c
+
+
+
+class Act(enum.Enum):
+    DOUBLE = "double"
+    PLUS = "plus"
+
+
+class Level(enum.IntEnum):  # an int too: still guarded by identity, never an int leaf
+    LOW = 1
+    HIGH = 2
+
+
+def configured(x, opts, acts):
+    for a in acts:
+        x = x * 2 if a == "double" else x + 1
+    return x * opts["scale"] if opts["act"] == "double" else x - opts["scale"]
+
+
+def test_str_items_of_lists_and_dicts_are_guarded_by_value():
+    """A str inside a list or dict argument (`{"act": "gelu"}`, a list of layer kinds) is a constant
+    of the call like one passed alone: a specialization per value, no leaf (such calls ran eagerly:
+    'str is not supported natively'). A str of quotes, a backslash, a newline and non-ASCII compiles
+    (escaped in the C; torch.export's own guard text of it is dropped, _compat.py) and selects."""
+    fast = trident.compile(configured)
+    x = torch.randn(4)
+    odd = 'q"\\x\n*/ é'  # a quote, a backslash, a newline, a C comment's end, non-ASCII
+    calls = [({"act": "double", "scale": 3}, ["plus", "double"]), ({"act": "plus", "scale": 3}, ("double",)),
+             ({"act": odd, "scale": 3}, [odd])] * 2
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback, nothing said
+        for opts, acts in calls:
+            torch.testing.assert_close(fast(x, opts, acts), configured(x, opts, acts), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (3, 3, 0), c
+    assert trident.explain(fast, x, {"act": "other", "scale": 1}, ["plus"]).count("fails") == 3
+
+
+@dataclasses.dataclass
+class Options:
+    act: Act
+    scale: float
+
+
+def by_level(x, level, opts):
+    return x * int(level) + (opts.scale if opts.act is Act.PLUS else 0)
+
+
+def test_enum_members_as_arguments_and_attributes_select_by_identity():
+    fast = trident.compile(by_level)
+    x = torch.randn(3)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for level, act in [(Level.LOW, Act.PLUS), (Level.HIGH, Act.PLUS), (Level.LOW, Act.DOUBLE)] * 2:
+            opts = Options(act, 0.5)
+            torch.testing.assert_close(fast(x, level, opts), by_level(x, level, opts), rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (3, 3, 0), c
+    assert "level is Level.LOW" in trident.explain(fast), trident.explain(fast)
+
+
+def tagged(x, log):
+    log.append("seen")
+    log[0] = "changed"
+    return x + 1
+
+
+def test_a_list_of_strs_the_function_changes_is_written_back():
+    fast = trident.compile(tagged)
+    x = torch.randn(2)
+    mine, theirs = ["start"], ["start"]
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x, mine), tagged(x, theirs), rtol=0, atol=0)
+    assert mine == theirs == ["changed", "seen", "seen", "seen"], (mine, theirs)
+    assert trident.counters(fast)["fallbacks"] == 0
+
+
+def first_of(x, items):
+    return x.to(items[0]) if isinstance(items[0], torch.dtype) else x * 2
+
+
+@pytest.mark.parametrize("item, name", [(torch.float16, "torch.dtype"), (Act.PLUS, "Act")])
+def test_a_dtype_or_enum_inside_a_list_runs_eagerly_and_says_where(item, name):
+    """export takes neither as an input and an output: inside a container they stay unsupported,
+    said with their path; passed alone or as an attribute they are guarded (above)."""
+    fast = trident.compile(first_of)
+    x = torch.randn(2)
+    with pytest.warns(RuntimeWarning, match=rf"argument 1\[0\]: {name} is not supported natively"):
+        got = fast(x, [item])
+    torch.testing.assert_close(got, first_of(x, [item]), rtol=0, atol=0)

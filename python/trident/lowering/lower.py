@@ -27,7 +27,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from . import (builtin_lower, builtin_rotary, constant_fold, cse, data_values, float_symbols, hir, lazy_views,
                output_trees)
-from .. import _compat, aliasing
+from .. import _compat, aliasing, arg_objects
 from ..errors import UnsupportedError
 from ..guard_fields import field as guard_field
 from .guard_text import float_text as _float
@@ -547,6 +547,8 @@ class _Lowerer:
         """The return operand (output_trees.py). With pre_state, export's result is (the function's
         result, every argument after the call): the updates come first, then the result."""
         def pre_operand(marker):
+            if arg_objects.is_item_constant(marker):  # a str a list or dict held
+                return arg_objects.constant_text(marker, hir.quote, dtype_code)
             k = marker.index
             if k in self.leaf_operand:
                 return self.leaf_operand[k]

@@ -128,6 +128,20 @@ PyObject* py_register_object_class(PyObject*, PyObject* cls) {
 // intern(obj) -> N: obj's number in the process's object table (pyref(N) in output trees).
 PyObject* py_intern(PyObject*, PyObject* obj) { return PyLong_FromLong(intern_object(obj)); }
 
+// interned(N) -> obj: the object numbered N, also one the flattener numbered itself (a structure's
+// c<N> or e<N> constant); KeyError when this process numbered none.
+PyObject* py_interned(PyObject*, PyObject* n) {
+  const long long k = PyLong_AsLongLong(n);
+  if (k == -1 && PyErr_Occurred()) return nullptr;
+  PyObject* obj = interned_object(k);
+  if (!obj) {
+    PyErr_SetObject(PyExc_KeyError, n);
+    return nullptr;
+  }
+  Py_INCREF(obj);
+  return obj;
+}
+
 // describe_args(*args, **kwargs) -> (structure, [leaf dict, ...]) or (None, reason): exactly what the
 // hot path computes, so the guards Python writes compare against the same numbers.
 PyObject* py_describe_args(PyObject*, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -379,6 +393,7 @@ PyMethodDef methods[] = {
     {"register_object_class", py_register_object_class, METH_O,
      "register_object_class(cls) -> N: flatten instances of cls by their attributes."},
     {"intern", py_intern, METH_O, "intern(obj) -> N: obj's number in the object table (pyref(N))."},
+    {"interned", py_interned, METH_O, "interned(N) -> obj: the object numbered N (KeyError if none)."},
     {"spec_rejects", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(py_spec_rejects)),
      METH_FASTCALL | METH_KEYWORDS, "spec_rejects(spec_text, *args, **kwargs): '' or the first failing guard."},
     {"bump_state_epoch", py_bump_state_epoch, METH_NOARGS, "Module state may have been re-registered."},

@@ -25,6 +25,7 @@ code of each specialization is generated from the IR by this process (or found i
 cache under its verified record), never taken from the file."""
 from __future__ import annotations
 
+import enum
 import hashlib
 import importlib
 import json
@@ -38,6 +39,7 @@ import types
 import torch
 
 from . import _C, object_table, python_kernels
+from .lowering import hir
 
 MAGIC = b"TRIDENT-SPECS\n"
 MAX_HASHED_ELEMENTS = 1 << 16  # a tensor the code reads outside module state, hashed by value up to this
@@ -45,7 +47,6 @@ FORMAT = 1
 _CUBIN_PATH = re.compile(r'"([^"\\]*\.cubin)"')
 _OBJECT_NUMBER = re.compile(r"\b(pyref|object)\((\d+)\)")
 _STRUCTURE_LINE = re.compile(r'^(\s*spec \d+ structure )"((?:[^"\\]|\\.)*)"', re.M)
-_CLASS_NUMBER = re.compile(r"<(\d+)\{")
 _OVERLAP_GUARD = re.compile(r'guard expr "no_overlap\(([^"]*)\)"')
 
 
@@ -219,11 +220,76 @@ def _options_key(options) -> dict:
 # ---- writing -------------------------------------------------------------------------------------
 
 def _object_entry(obj) -> dict:
+    if isinstance(obj, enum.Enum):
+        cls = type(obj)
+        return {"enum": cls.__module__, "qualname": cls.__qualname__, "member": obj.name}
     if isinstance(obj, type):
         return {"class": obj.__module__, "qualname": obj.__qualname__}
     if isinstance(obj, torch.device):
         return {"device": str(obj)}
     raise ArtifactRejected(f"the program names a {type(obj).__name__} object, which a file cannot hold")
+
+
+def _unquote(text: str) -> bytes:
+    """The bytes of a host IR string literal's body (the inverse of hir.quote)."""
+    out, k = bytearray(), 0
+    while k < len(text):
+        ch = text[k]
+        if ch != "\\":
+            out += ch.encode("utf-8", "surrogatepass")
+            k += 1
+        elif text[k + 1] == "n":
+            out.append(0x0A)
+            k += 2
+        elif text[k + 1] in "01234567":
+            out.append(int(text[k + 1:k + 4], 8))
+            k += 4
+        else:
+            out += text[k + 1].encode()
+            k += 2
+    return bytes(out)
+
+
+def _structure_objects(structure: bytes, number) -> bytes:
+    """A structure string (flatten.h) with each object number in it, `<N{` a registered class's
+    and `c<N>`/`e<N>` a class's or enum member's (process-local: another process numbers its objects
+    in another order), replaced by `@obj:J` through number(N, registered). Names (after ';', and
+    after '{' or ',' up to '=') and str constants (`s<len>:` then len bytes) are copied as they are,
+    so no user text is read as a code."""
+    out, k, n = bytearray(), 0, len(structure)
+
+    def digits(at: int) -> int:
+        end = at
+        while end < n and 0x30 <= structure[end] <= 0x39:
+            end += 1
+        return end
+
+    while k < n:
+        ch = structure[k:k + 1]
+        if ch == b";" or (ch in (b"{", b",") and structure[k + 1:k + 2] not in (b"}", b"")):
+            end = structure.index(b"=", k)  # a keyword's, dict key's or attribute's name
+            out += structure[k:end + 1]
+            k = end + 1
+        elif ch == b"s" and structure[k + 1:k + 2].isdigit():
+            colon = structure.index(b":", k)
+            end = colon + 1 + int(structure[k + 1:colon])
+            out += structure[k:end]
+            k = end
+        elif ch in (b"c", b"e") and structure[k + 1:k + 2].isdigit():
+            end = digits(k + 1)
+            out += ch + b"@obj:%d" % number(int(structure[k + 1:end]), False)
+            k = end
+        elif ch == b"<" and structure[k + 1:k + 2].isdigit():
+            end = digits(k + 1)
+            out += b"<@obj:%d" % number(int(structure[k + 1:end]), True)
+            k = end
+        elif ch == b"@":  # the global settings suffix: numbers that are the same in every process
+            out += structure[k:]
+            k = n
+        else:
+            out += ch
+            k += 1
+    return bytes(out)
 
 
 # Cubins read in this process: path -> sha256, and sha256 -> bytes. The files are named by their
@@ -262,8 +328,8 @@ def _placeholders(text: str, state_extents: dict, objects: dict, cubins: set, fl
     text = _CUBIN_PATH.sub(cubin, text)
     text = _OBJECT_NUMBER.sub(lambda m: f"{m.group(1)}(@obj:{number(int(m.group(2)), False)})", text)
     text = _STRUCTURE_LINE.sub(
-        lambda m: m.group(1) + '"' + _CLASS_NUMBER.sub(lambda c: f"<@obj:{number(int(c.group(1)), True)}{{",
-                                                           m.group(2)) + '"', text)
+        lambda m: m.group(1) + hir.quote(_structure_objects(_unquote(m.group(2)), number).decode(
+            "utf-8", "surrogatepass")), text)
 
     def overlap(m):
         items = [s.strip() for s in m.group(1).split(",")]
@@ -396,6 +462,13 @@ def check(header: dict, ctl) -> None:
 def _resolve_object(entry: dict):
     if "device" in entry:
         return torch.device(entry["device"])
+    if "enum" in entry:
+        cls = importlib.import_module(entry["enum"])
+        for part in entry["qualname"].split("."):
+            cls = getattr(cls, part)
+        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+            raise ArtifactRejected(f"{entry['enum']}.{entry['qualname']} is no longer an enum")
+        return cls[entry["member"]]
     module = importlib.import_module(entry["class"])
     obj = module
     for part in entry["qualname"].split("."):

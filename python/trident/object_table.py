@@ -1,6 +1,6 @@
 """The native object table (python/bindings/arg_objects.cpp) as seen from Python: the numbers this
 process gave the objects that host IR names by number (`pyref(N)`, `object(N)`, a structure's
-`<N{...}>`), and the objects behind them. Every number goes through here, so a saved
+`<N{...}>`, `c<N>` and `e<N>`), and the objects behind them. Every number goes through here, so a saved
 specialization can name its objects in a form another process resolves (artifacts.py)."""
 from __future__ import annotations
 
@@ -24,5 +24,8 @@ def register_class(cls: type) -> int:
 
 
 def object_of(n: int):
-    """The object numbered n in this process (KeyError when this process never numbered it)."""
-    return _by_number[n]
+    """The object numbered n in this process, also one the native flattener numbered itself (a
+    structure's class or enum member constant, c<N> and e<N>); KeyError when none."""
+    if n in _by_number:
+        return _by_number[n]
+    return _C.interned(n)

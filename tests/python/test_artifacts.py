@@ -218,3 +218,65 @@ def test_a_closure_value_or_tensor_of_another_value_is_rejected(tmp_path):
         torch.testing.assert_close(other(x), fn(x), rtol=0, atol=0)
         c = trident.counters(other)
         assert (c["artifacts_rejected"], c["captures"]) == (1, 1), c
+
+
+_CONSTANTS_CHILD = textwrap.dedent("""
+    import enum, sys
+    import torch
+    import trident
+
+    class A: pass
+    class B: pass
+    class Kind(enum.Enum):
+        P = 1
+        Q = 2
+
+    def f(x, kind, mode):
+        return x * 2 if kind is A or kind is Kind.P else x + len(mode)
+
+    fast = trident.compile(f)
+    kind = {"A": A, "B": B, "P": Kind.P, "Q": Kind.Q}[sys.argv[1]]
+    mode = sys.argv[2]
+    x = torch.full((3,), 3.0)
+    same = torch.equal(fast(x, kind, mode), f(x, kind, mode))
+    c = trident.counters(fast)
+    print(int(same), c["captures"], c["artifact_loads"])
+""")
+
+
+@pytest.mark.parametrize("first, second", [("A", "B"), ("P", "Q")])
+def test_a_class_or_enum_argument_selects_by_identity_across_processes(tmp_path, first, second):
+    """A class or enum member is guarded by its number in this process's object table (c<N>, e<N>);
+    another process numbers its objects in another order. A saved spec names it by module and
+    qualified name instead: the second process, passed the other class or member, must not be
+    served the first one's specialization (before, it was: a wrong result), and a third and fourth
+    process each load the specialization for their own."""
+    script = tmp_path / "child.py"
+    script.write_text(_CONSTANTS_CHILD)
+    env = {**os.environ, "TRIDENT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TRIDENT_ARTIFACTS", None)
+    runs = []
+    for arg in (first, second, first, second):
+        out = subprocess.run([sys.executable, str(script), arg, "mean"], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(tuple(int(v) for v in out.stdout.split()))
+    # (equal to eager, captures, artifact loads)
+    assert runs == [(1, 1, 0), (1, 1, 1), (1, 0, 1), (1, 0, 1)], runs
+
+
+def test_object_numbers_in_a_structure_string_become_placeholders_and_nothing_else():
+    """Names and str constants are copied byte for byte, however much they look like codes."""
+    seen = []
+
+    def number(n, registered):
+        seen.append((n, registered))
+        return 10 + n
+
+    tricky = "c0<0{e1;k=s3:é".encode()
+    structure = b"T<4{a=c5,b=s%d:" % len(tricky) + tricky + b",e_c3=e7}>;mode=s4:c9e9;c2=[c1]@6.0"
+    got = artifacts._structure_objects(structure, number)
+    assert got == (b"T<@obj:14{a=c@obj:15,b=s%d:" % len(tricky) + tricky +
+                   b",e_c3=e@obj:17}>;mode=s4:c9e9;c2=[c@obj:11]@6.0"), got
+    assert seen == [(4, True), (5, False), (7, False), (1, False)]
+    assert artifacts._unquote(artifacts.hir.quote('a"\\n\né?')[1:-1]) == 'a"\\n\né?'.encode()

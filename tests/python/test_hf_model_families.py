@@ -4,7 +4,6 @@ attention and MLP (GPT-NeoX, Falcon, Cohere), sliding-window layers with logit s
 Gemma 3), fused QKV projections (Phi-3), multi-head latent attention with MoE (DeepSeek-V3), shared
 experts (Qwen2-MoE), and beam search. Tiny models from configs with random weights on the CPU; each
 against eager's generate() token for token, every forward native (no fallback, no split)."""
-import contextlib
 import warnings
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers")   # installed, pinned, by scripts/test.sh (CI)
 
 import trident  # noqa: E402
+from test_hf_caches import _forward_compiled  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -65,17 +65,6 @@ def _model(name: str):
     cfg, cls = _config(name)
     torch.manual_seed(0)
     return cls(cfg).eval()
-
-
-@contextlib.contextmanager
-def _forward_compiled(model):
-    eager_forward = model.forward
-    model.forward = trident.compile(eager_forward)
-    try:
-        yield model.forward
-    finally:
-        model.forward = eager_forward
-        model.__dict__.pop("create_masks_for_generate", None)  # what trident.compile installed
 
 
 def _generate_both_ways(model, calls: int, **kw):

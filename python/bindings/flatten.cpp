@@ -83,12 +83,7 @@ bool is_enum_member(PyObject* obj) {
 bool add_constant(PyObject* obj, FlatArgs& out, Place place) {
   std::string& s = out.structure;
   if (place == Place::kObjectItem) return false;
-  if (place != Place::kItem && is_enum_member(obj)) {  // first: an IntEnum or StrEnum member is an int or str too
-    s += 'e';
-    append_int(s, intern_object(obj));
-    return true;
-  }
-  if (PyUnicode_CheckExact(obj)) {
+  if (PyUnicode_CheckExact(obj)) {  // exact: a StrEnum member is an enum member (below)
     Py_ssize_t n = 0;
     const char* text = PyUnicode_AsUTF8AndSize(obj, &n);
     if (!text) {
@@ -113,6 +108,9 @@ bool add_constant(PyObject* obj, FlatArgs& out, Place place) {
     append_int(s, static_cast<int>(d.index()));
   } else if (PyType_Check(obj)) {
     s += 'c';
+    append_int(s, intern_object(obj));
+  } else if (is_enum_member(obj)) {  // last: the common constants above skip its subtype walk
+    s += 'e';
     append_int(s, intern_object(obj));
   } else {
     return false;

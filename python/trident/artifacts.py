@@ -230,26 +230,6 @@ def _object_entry(obj) -> dict:
     raise ArtifactRejected(f"the program names a {type(obj).__name__} object, which a file cannot hold")
 
 
-def _unquote(text: str) -> bytes:
-    """The bytes of a host IR string literal's body (the inverse of hir.quote)."""
-    out, k = bytearray(), 0
-    while k < len(text):
-        ch = text[k]
-        if ch != "\\":
-            out += ch.encode("utf-8", "surrogatepass")
-            k += 1
-        elif text[k + 1] == "n":
-            out.append(0x0A)
-            k += 2
-        elif text[k + 1] in "01234567":
-            out.append(int(text[k + 1:k + 4], 8))
-            k += 4
-        else:
-            out += text[k + 1].encode()
-            k += 2
-    return bytes(out)
-
-
 def _structure_objects(structure: bytes, number) -> bytes:
     """A structure string (flatten.h) with each object number in it, `<N{` a registered class's
     and `c<N>`/`e<N>` a class's or enum member's (process-local: another process numbers its objects
@@ -328,7 +308,7 @@ def _placeholders(text: str, state_extents: dict, objects: dict, cubins: set, fl
     text = _CUBIN_PATH.sub(cubin, text)
     text = _OBJECT_NUMBER.sub(lambda m: f"{m.group(1)}(@obj:{number(int(m.group(2)), False)})", text)
     text = _STRUCTURE_LINE.sub(
-        lambda m: m.group(1) + hir.quote(_structure_objects(_unquote(m.group(2)), number).decode(
+        lambda m: m.group(1) + hir.quote(_structure_objects(hir.unquote(m.group(2)), number).decode(
             "utf-8", "surrogatepass")), text)
 
     def overlap(m):

@@ -279,4 +279,4 @@ def test_object_numbers_in_a_structure_string_become_placeholders_and_nothing_el
     assert got == (b"T<@obj:14{a=c@obj:15,b=s%d:" % len(tricky) + tricky +
                    b",e_c3=e@obj:17}>;mode=s4:c9e9;c2=[c@obj:11]@6.0"), got
     assert seen == [(4, True), (5, False), (7, False), (1, False)]
-    assert artifacts._unquote(artifacts.hir.quote('a"\\n\né?')[1:-1]) == 'a"\\n\né?'.encode()
+    assert artifacts.hir.unquote(artifacts.hir.quote('a"\\n\né?')[1:-1]) == 'a"\\n\né?'.encode()

@@ -32,6 +32,26 @@ def quote(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def unquote(text: str) -> bytes:
+    """The bytes of a host IR string literal's body, between its quotes (quote's inverse)."""
+    out, k = bytearray(), 0
+    while k < len(text):
+        ch = text[k]
+        if ch != "\\":
+            out += ch.encode("utf-8", "surrogatepass")
+            k += 1
+        elif text[k + 1] == "n":
+            out.append(0x0A)
+            k += 2
+        elif text[k + 1] in "01234567":
+            out.append(int(text[k + 1:k + 4], 8))
+            k += 4
+        else:
+            out += text[k + 1].encode()
+            k += 2
+    return bytes(out)
+
+
 # ---- the body ----------------------------------------------------------------------------------
 def call(result: str | None, op: str, operands: Sequence[str]) -> str:
     """`%r = call "ns::op.overload" (operands)`; without a result when `result` is None."""

@@ -6,6 +6,7 @@ import torch
 import triton
 
 import trident
+from tiny_models import tiny_cuda_llama
 from tutorial_kernels import add_kernel, scaled_copy_kernel
 
 pytestmark = pytest.mark.gpu
@@ -230,11 +231,7 @@ def test_a_program_that_synchronizes_runs_as_without_graphs_and_says_why():
 def test_a_transformers_static_cache_decode_replays_with_eager_tokens():
     require_cuda()
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    cfg, model = tiny_cuda_llama()
 
     def step(ids, cache):
         return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
@@ -259,11 +256,7 @@ def test_generate_with_a_new_static_cache_per_call_rebinds_the_decode_graph_with
     new StaticCache; after the first call the decode graph is rebound, never captured again."""
     require_cuda()
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    cfg, model = tiny_cuda_llama()
     ids = torch.randint(1, 128, (1, 6), device="cuda")
     kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, cache_implementation="static", pad_token_id=0)
     with torch.no_grad():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import trident
+from tiny_models import tiny_cuda_llama
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
@@ -76,11 +77,7 @@ def test_a_decode_step_taking_the_model_as_an_argument_replays_with_eager_logits
     cache bit for bit over 20 steps, the decode replayed as one graph patched for each position."""
     require_cuda()
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    cfg, model = tiny_cuda_llama()
 
     def step(model, ids, cache):
         return model(input_ids=ids, past_key_values=cache, use_cache=True).logits

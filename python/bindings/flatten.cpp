@@ -118,11 +118,30 @@ bool add_constant(PyObject* obj, FlatArgs& out, Place place) {
   return true;
 }
 
+// An instance of a registered tuple class (a namedtuple or structseq: pytree flattens both by
+// position), as "<id(...)>": its items as a tuple's, a str among them guarded by value.
+bool add_sequence(PyObject* obj, int32_t class_id, FlatArgs& out, int depth) {
+  out.nodes.push_back(obj);
+  out.structure += '<';
+  append_int(out.structure, class_id);
+  out.structure += '(';
+  const Py_ssize_t n = PyTuple_GET_SIZE(obj);
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    if (!add(PyTuple_GET_ITEM(obj, k), out, depth + 1, Place::kItem)) {  // borrowed
+      out.where = "[" + std::to_string(k) + "]" + out.where;
+      return false;
+    }
+  }
+  out.structure += ")>";
+  return true;
+}
+
 // An instance of a registered class (arg_objects.h): its instance dictionary's entries in
 // insertion order, as "<id{name=code,...}>"; for a dict subclass (a transformers ModelOutput, which
 // its library registers as a pytree node flattened by its items), its items instead, none a
-// constant. `depth` is the object's own.
+// constant; for a tuple subclass, add_sequence. `depth` is the object's own.
 bool add_object(PyObject* obj, int32_t class_id, FlatArgs& out, int depth) {
+  if (PyTuple_Check(obj)) return add_sequence(obj, class_id, out, depth);
   const bool items = PyDict_Check(obj);
   PyObject* dict = items ? (Py_INCREF(obj), obj) : PyObject_GenericGetDict(obj, nullptr);  // new ref
   if (!dict) {

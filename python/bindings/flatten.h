@@ -5,7 +5,8 @@
 //   containers   (...) tuple, [...] list, {k=...,#3=...} dict with identifier string keys or int
 //                keys (#<decimal>), in insertion order, as pytree flattens it, nested freely;
 //                <N{name=...,name=...}> an instance of registered class N (arg_objects.h), its
-//                instance dictionary in insertion order
+//                instance dictionary in insertion order; <N(...)> an instance of registered
+//                tuple class N (a namedtuple or structseq), its items as a tuple's
 //   constants    as attribute values of such objects, or as arguments themselves, guarded by
 //                value: s<len>:<utf-8 bytes> a str, y<c10 ScalarType> a dtype, d<type>.<index> a
 //                device, c<N> a class and e<N> an enum member by identity (number N in

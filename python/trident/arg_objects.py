@@ -1,5 +1,6 @@
 """Objects that arguments hold: a transformers cache and its layers, a dataclass, any plain class
-whose state is its instance dictionary. Their instances are arguments like tuples and dicts: the
+whose state is its instance dictionary, a namedtuple or structseq (by its items, as pytree flattens
+it). Their instances are arguments like tuples and dicts: the
 native flattener walks their attributes (python/bindings/flatten.h), a capture sees them through
 torch.export as pytree nodes, and a run leaves them as eager's code would have (new tensors,
 attributes and list contents written back by the output tree's updates).
@@ -37,12 +38,32 @@ def is_item_constant(value) -> bool:
     return type(value) is str
 
 
+def tuple_class(cls: type) -> bool:
+    """A namedtuple or structseq class (torch.return_types.topk): a tuple whose items are its whole
+    state, flattened by position (flatten.cpp: add_sequence), as pytree flattens it."""
+    if not isinstance(cls, type) or not issubclass(cls, tuple) or cls is tuple:
+        return False
+    if hasattr(cls, "n_sequence_fields"):  # a structseq: every field is an item
+        return getattr(cls, "n_fields", None) == cls.n_sequence_fields
+    return isinstance(getattr(cls, "_fields", None), tuple) and hasattr(cls, "_make")
+
+
 def admits(cls: type) -> str | None:
-    """None when instances of cls may be flattened by their attributes, else why not. Such a class
-    is defined in Python, derives from object alone (no C state besides the instance dictionary),
-    has no __slots__, and is not a module, an enum or a tensor."""
+    """None when instances of cls may be flattened by their attributes (or, a namedtuple or
+    structseq, by their items), else why not. Such a class is defined in Python, derives from
+    object alone (no C state besides the instance dictionary), has no __slots__, and is not a
+    module, an enum or a tensor; a tuple class has no instance dictionary (whose attributes its
+    items would not hold)."""
+    if tuple_class(cls) and hasattr(cls, "n_sequence_fields"):
+        return None  # a structseq (defined in C, torch.return_types'): its items are its state
     if not isinstance(cls, type) or not cls.__flags__ & _HEAPTYPE:
         return f"{getattr(cls, '__name__', cls)} is not a class defined in Python"
+    if tuple_class(cls):
+        if cls.__dictoffset__:
+            return f"{cls.__name__} is a namedtuple subclass with an instance dictionary (define __slots__ = ())"
+        if any(not c.__flags__ & _HEAPTYPE and c not in (tuple, object) for c in cls.__mro__):
+            return f"{cls.__name__} derives from a built-in class besides tuple"
+        return None
     if issubclass(cls, (torch.nn.Module, torch.Tensor, enum.Enum, BaseException)):
         return f"{cls.__name__} is a {'module' if issubclass(cls, torch.nn.Module) else 'special class'}"
     builtin = [c for c in cls.__mro__ if not c.__flags__ & _HEAPTYPE and c is not object]
@@ -72,8 +93,13 @@ def by_items(x) -> bool:
 
 
 def is_flattened(cls: type) -> bool:
-    """Flattened by its attributes (a registered class that is not a dict subclass)."""
-    return cls in _registered and not issubclass(cls, dict)
+    """Flattened by its attributes (a registered class that is neither a dict nor a tuple subclass)."""
+    return cls in _registered and not issubclass(cls, (dict, tuple))
+
+
+def is_sequence(cls: type) -> bool:
+    """Flattened by its items (a registered namedtuple or structseq class: tuple_class)."""
+    return cls in _registered and issubclass(cls, tuple)
 
 
 def is_by_items(cls: type) -> bool:
@@ -81,14 +107,28 @@ def is_by_items(cls: type) -> bool:
     return cls in _registered and issubclass(cls, dict)
 
 
-def _register(cls: type) -> None:
-    if cls not in _registered:
-        object_table.register_class(cls)  # the native table walks a dict subclass by its items
-        _registered.add(cls)
+def _register(cls: type) -> int:
+    """cls's number, its instances flattened from now on, natively and here alike (a class known to
+    one side only would make the capture's leaves disagree with the native flattener's)."""
+    _registered.add(cls)
+    return object_table.register_class(cls)  # the native table walks a dict subclass by its items
+
+
+def register_saved(cls: type) -> int:
+    """_register for a class a saved specialization flattens (artifacts.py): ValueError when it no
+    longer qualifies in this process (its definition changed since)."""
+    ok = admits(cls) is None if not issubclass(cls, dict) else (
+        cls in pytree.SUPPORTED_NODES and cls.__flags__ & _HEAPTYPE)
+    if not ok:
+        raise ValueError(f"{cls.__qualname__} is no longer a class whose instances trident flattens")
+    return _register(cls)
 
 
 def _state(x) -> dict:
-    """What the native flattener walks of a registered object: its items or its attributes."""
+    """What the native flattener walks of a registered object: its items (by key, or by position for
+    a tuple class) or its attributes."""
+    if isinstance(x, tuple):
+        return dict(enumerate(x))
     return x if isinstance(x, dict) else vars(x)
 
 
@@ -108,7 +148,8 @@ def _objects(tree, admit: bool):
                 yield from visit(v, depth + 1)
         else:
             if admit and t not in _registered and not isinstance(x, torch.Tensor) and (
-                    by_items(x) or (hasattr(x, "__dict__") and not isinstance(x, dict) and admits(t) is None)):
+                    by_items(x) or (tuple_class(t) and admits(t) is None)
+                    or (hasattr(x, "__dict__") and not isinstance(x, dict) and admits(t) is None)):
                 _register(t)
             if t in _registered:
                 yield x
@@ -150,7 +191,7 @@ def classes_named(name: str) -> list[type]:
 @contextlib.contextmanager
 def capturing_objects_of(tree):
     """as_pytree_nodes for the classes of the objects in a call's (args, kwargs)."""
-    objs = [o for o in _objects(tree, admit=False) if not isinstance(o, dict)]  # those are pytree nodes already
+    objs = [o for o in _objects(tree, admit=False) if not isinstance(o, (dict, tuple))]  # pytree nodes already
     with as_pytree_nodes(list(dict.fromkeys(type(o) for o in objs)), objs):
         yield
 
@@ -304,7 +345,7 @@ def holds_mutables(pre: list) -> bool:
     plain dict argument was lost, silently, before."""
     def any_mutable(x):
         if isinstance(x, Node):
-            return x.kind is not tuple or any(any_mutable(v) for v in x.items.values())
+            return not issubclass(x.kind, tuple) or any(any_mutable(v) for v in x.items.values())
         return False
     return any(any_mutable(p) for p in pre)
 

@@ -38,7 +38,7 @@ import types
 
 import torch
 
-from . import _C, object_table, python_kernels
+from . import _C, arg_objects, object_table, python_kernels
 from .lowering import hir
 
 MAGIC = b"TRIDENT-SPECS\n"
@@ -231,8 +231,8 @@ def _object_entry(obj) -> dict:
 
 
 def _structure_objects(structure: bytes, number) -> bytes:
-    """A structure string (flatten.h) with each object number in it, `<N{` a registered class's
-    and `c<N>`/`e<N>` a class's or enum member's (process-local: another process numbers its objects
+    """A structure string (flatten.h) with each object number in it, `<N{` and `<N(` a registered
+    class's and `c<N>`/`e<N>` a class's or enum member's (process-local: another process numbers its objects
     in another order), replaced by `@obj:J` through number(N, registered). Names (after ';', and
     after '{' or ',' up to '=') and str constants (`s<len>:` then len bytes) are copied as they are,
     so no user text is read as a code."""
@@ -465,7 +465,13 @@ def texts(header: dict, blobs: list[bytes], state) -> list[str]:
     numbers = []
     for entry in header["objects"]:
         obj = _resolve_object(entry)
-        numbers.append(object_table.register_class(obj) if entry["flattened"] else object_table.intern(obj))
+        if entry["flattened"]:
+            try:
+                numbers.append(arg_objects.register_saved(obj))
+            except ValueError as e:
+                raise ArtifactRejected(str(e)) from None
+        else:
+            numbers.append(object_table.intern(obj))
     paths = {d: _cubin_path(blobs[i]) for d, i in header["cubins"].items()}
     out = []
     for spec in header["specs"]:

@@ -270,8 +270,9 @@ class _Leaf:
 def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
     """Rebuild x with fn(leaf, path) for each leaf, descending exactly the containers the native
     flattener descends (python/bindings/flatten.h: tuples, lists and dicts, exact types, dicts in
-    insertion order; objects of admitted classes by their attributes, arg_objects.py), in its
-    order. path names the leaf (`caches[3][0]`, `batch['ids']`, `cache.layers[0].keys`). An object
+    insertion order; objects of admitted classes by their attributes, namedtuples and structseqs by
+    their items, arg_objects.py), in its order. path names the leaf (`caches[3][0]`, `batch['ids']`,
+    `cache.layers[0].keys`, `state.pos`). An object
     becomes a new instance holding the mapped attributes (constants as they are), or with
     `objects_as_lists` the list of its mapped non-constant attributes (export's dynamic_shapes for
     a pytree node)."""
@@ -279,6 +280,12 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
         return type(x)(_map_item(v, fn, f"{path}[{i}]", objects_as_lists) for i, v in enumerate(x))
     if type(x) is dict:
         return {k: _map_item(v, fn, f"{path}[{k!r}]", objects_as_lists) for k, v in x.items()}
+    if arg_objects.is_sequence(type(x)):
+        # a namedtuple or structseq: one of its class, also as export's dynamic_shapes (pytree
+        # counts both among its built-in containers, which must match in type)
+        fields = getattr(type(x), "_fields", None) or ()
+        return _remake_tuple(x, [_map_item(v, fn, f"{path}.{fields[i]}" if i < len(fields) else f"{path}[{i}]",
+                                           objects_as_lists) for i, v in enumerate(x)])
     if arg_objects.is_by_items(type(x)):  # a dict subclass its library flattens by items (ModelOutput)
         if objects_as_lists:
             return [_map_arg_tree(v, fn, f"{path}[{k!r}]", True) for k, v in x.items()]
@@ -295,6 +302,15 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
         obj.__dict__.update(attrs)
         return obj
     return fn(x, path)
+
+
+def _remake_tuple(x: tuple, items) -> tuple:
+    """A tuple of x's class (a plain tuple, a namedtuple or a structseq) holding `items`."""
+    if type(x) is tuple:
+        return tuple(items)
+    if hasattr(type(x), "_make"):
+        return type(x)._make(items)
+    return type(x)(items)  # a structseq takes its items as one sequence
 
 
 def _map_item(v, fn, path: str, objects_as_lists: bool):
@@ -352,12 +368,13 @@ def _bind_arguments(fn, args: tuple, kwargs: dict):
 
 def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
     """(leaf, path) per leaf in _mark_leaves order: its index path into (*args, *kwargs.values())
-    when only tuples lie on the way (rebuilding those inside the trace changes nothing a function
-    can see), else None (inside a list, dict or object)."""
+    when only tuples, namedtuples and structseqs lie on the way (rebuilding those inside the trace,
+    each of its own class, changes nothing a function can see), else None (inside a list, dict or
+    object)."""
     out: list = []
 
     def walk(x, path):
-        if type(x) is tuple:
+        if type(x) is tuple or arg_objects.is_sequence(type(x)):
             for i, v in enumerate(x):
                 if not arg_objects.is_item_constant(v):
                     walk(v, path + (i,))
@@ -390,7 +407,7 @@ def _items_at(values: tuple, paths: list) -> tuple:
 def _replace_at(x: tuple, path: tuple, fn):
     items = list(x)
     items[path[0]] = fn(items[path[0]]) if len(path) == 1 else _replace_at(items[path[0]], path[1:], fn)
-    return tuple(items)
+    return _remake_tuple(x, items)
 
 
 def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:

@@ -221,7 +221,7 @@ def test_a_closure_value_or_tensor_of_another_value_is_rejected(tmp_path):
 
 
 _CONSTANTS_CHILD = textwrap.dedent("""
-    import enum, sys
+    import collections, enum, sys
     import torch
     import trident
 
@@ -230,24 +230,29 @@ _CONSTANTS_CHILD = textwrap.dedent("""
     class Kind(enum.Enum):
         P = 1
         Q = 2
+    NA = collections.namedtuple("NA", "t")
+    NB = collections.namedtuple("NB", "t")
 
     def f(x, kind, mode):
+        if isinstance(kind, tuple):  # a namedtuple: its class decides
+            return kind.t * 2 if type(kind) is NA else kind.t + len(mode)
         return x * 2 if kind is A or kind is Kind.P else x + len(mode)
 
     fast = trident.compile(f)
-    kind = {"A": A, "B": B, "P": Kind.P, "Q": Kind.Q}[sys.argv[1]]
-    mode = sys.argv[2]
     x = torch.full((3,), 3.0)
+    kind = {"A": A, "B": B, "P": Kind.P, "Q": Kind.Q, "NA": NA(x), "NB": NB(x)}[sys.argv[1]]
+    mode = sys.argv[2]
     same = torch.equal(fast(x, kind, mode), f(x, kind, mode))
     c = trident.counters(fast)
     print(int(same), c["captures"], c["artifact_loads"])
 """)
 
 
-@pytest.mark.parametrize("first, second", [("A", "B"), ("P", "Q")])
+@pytest.mark.parametrize("first, second", [("A", "B"), ("P", "Q"), ("NA", "NB")])
 def test_a_class_or_enum_argument_selects_by_identity_across_processes(tmp_path, first, second):
-    """A class or enum member is guarded by its number in this process's object table (c<N>, e<N>);
-    another process numbers its objects in another order. A saved spec names it by module and
+    """A class, an enum member or a namedtuple's class is guarded by its number in this process's
+    object table (c<N>, e<N>, <N(...)>); another process numbers its objects in another order. A
+    saved spec names it by module and
     qualified name instead: the second process, passed the other class or member, must not be
     served the first one's specialization (before, it was: a wrong result), and a third and fourth
     process each load the specialization for their own."""
@@ -263,6 +268,51 @@ def test_a_class_or_enum_argument_selects_by_identity_across_processes(tmp_path,
         runs.append(tuple(int(v) for v in out.stdout.split()))
     # (equal to eager, captures, artifact loads)
     assert runs == [(1, 1, 0), (1, 1, 1), (1, 0, 1), (1, 0, 1)], runs
+
+
+_OBJECTS_CHILD = textwrap.dedent("""
+    import collections, dataclasses, sys
+    import torch
+    import trident
+
+    @dataclasses.dataclass
+    class Batch:
+        x: torch.Tensor
+        k: int
+
+    Pair = collections.namedtuple("Pair", "x k")
+
+    def f(b):
+        return b.x * b.k
+
+    fast = trident.compile(f)
+    same = True
+    for n in map(int, sys.argv[1:]):
+        for cls in (Batch, Pair):
+            b = cls(torch.randn(n), 3)
+            same &= torch.equal(fast(b), f(b))
+    c = trident.counters(fast)
+    print(int(same), c["captures"], c["artifact_loads"], c["split_calls"], c["fallbacks"])
+""")
+
+
+def test_an_object_class_a_saved_specialization_flattens_is_known_to_the_next_capture(tmp_path):
+    """A second process that loads a specialization over a dataclass or namedtuple argument, then
+    misses on a new size, captures with that class as the native flattener sees it: before, the
+    load told only the native side, and the capture took the object for one leaf (a split call)."""
+    script = tmp_path / "child.py"
+    script.write_text(_OBJECTS_CHILD)
+    env = {**os.environ, "TRIDENT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TRIDENT_ARTIFACTS", None)
+    runs = []
+    for sizes in (["3"], ["3", "5", "7"]):
+        out = subprocess.run([sys.executable, str(script), *sizes], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0 and "trident:" not in out.stderr, out.stderr[-3000:]
+        runs.append(tuple(int(v) for v in out.stdout.split()))
+    # (equal to eager, captures, artifact loads, split calls, fallbacks): the second process loads
+    # size 3's two specs, then captures each class once at 5 and once more, symbolically, at 7
+    assert runs == [(1, 2, 0, 0, 0), (1, 4, 1, 0, 0)], runs
 
 
 def test_object_numbers_in_a_structure_string_become_placeholders_and_nothing_else():

@@ -117,10 +117,13 @@ class Trees:
         cls = _tuple_class(kind, spec.context)
         if cls is not None:
             # a namedtuple or structseq (torch.topk's torch.return_types.topk): the class holding its
-            # items, made anew
-            parts = [self._value(_MISSING, c, it) for c in kids]
+            # items, made anew; an argument of that class whose items are unchanged is the caller's
+            same = isinstance(pre, Node) and pre.kind is cls
+            parts = [self._value(pre.items.get(k, _MISSING) if same else _MISSING, c, it) for k, c in enumerate(kids)]
             comma = "," if len(parts) == 1 else ""
             seq = lambda k: f"object({object_table.intern(cls)}) seq (" + ", ".join(p[k] for p in parts) + comma + ")"  # noqa: E731
+            if same and len(pre.items) == len(kids) and not any(p[1] for p in parts):
+                return f"node({pre.index})", False, seq(2)
             return seq(0), True, seq(2)
         if isinstance(kind, type) and issubclass(kind, dict) and isinstance(spec.context, (list, tuple)) and all(
                 isinstance(k, str) for k in spec.context):

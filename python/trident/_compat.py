@@ -63,6 +63,10 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
             # error or its traced-Python route (library_launches.py) says what happened instead.
             warnings.filterwarnings("ignore", message=r"Dynamo does not know how to trace the builtin",
                                     category=UserWarning)
+            # torch's own modules that export imports on first use warn of their own deprecations
+            # (2.11's torch.utils.mkldnn: `torch.jit.script_method`): under a caller's
+            # `simplefilter("error")` (pytest -W error) the first capture in a process failed.
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch(\.|$)")
             ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
             return ep.run_decompositions(_capture_decompositions())
     finally:

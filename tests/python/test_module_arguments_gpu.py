@@ -3,6 +3,8 @@ value guards sit in front of the same graph replays as any other argument, so ea
 value gets its own specialization and graph, a replay never serves another module's weights, and a
 decode step that takes the model as an argument replays over transformers' StaticCache with eager's
 logits bit for bit (the CPU file, test_module_arguments.py, checks the selection itself)."""
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -95,3 +97,27 @@ def test_a_decode_step_taking_the_model_as_an_argument_replays_with_eager_logits
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
     c = trident.counters(fast)
     assert c["fallbacks"] == 0 and c["split_calls"] == 0 and c["graph_replays"] >= 15, c
+
+
+_FIRST_CAPTURE_UNDER_ERRORS = """
+import warnings, torch, trident
+warnings.simplefilter("error")  # as `pytest -W error` runs a user's tests
+lin = torch.nn.Linear(64, 32).cuda()
+fast = trident.compile(lambda x, m: m(x) * 2)
+x = torch.randn(4, 64, device="cuda")
+with torch.no_grad():
+    for _ in range(3):
+        assert torch.equal(fast(x, lin), lin(x) * 2)
+c = trident.counters(fast)
+assert c["fallbacks"] == 0 and c["hits"] == 2, c
+"""
+
+
+def test_the_first_capture_of_a_process_under_warnings_as_errors_compiles():
+    """The first CUDA capture of a process imports torch modules (2.11's inductor graph trees, then
+    torch.utils.mkldnn) that warn of their own deprecations; a caller's warnings-as-errors turned
+    that into a failed capture and an eager call. A fresh process, so the imports are first."""
+    require_cuda()
+    out = subprocess.run([sys.executable, "-c", _FIRST_CAPTURE_UNDER_ERRORS], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]

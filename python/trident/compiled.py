@@ -42,7 +42,7 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
     export's output spec holds what the call did to the objects it was given (output_trees.py).
     fn may be a module (trident.compile(model) called with objects): it becomes submodule `fn`.
 
-    `float_paths`: where in (a0.., k0..) run-time floats arrive as 0-dim tensors (_tuple_paths);
+    `float_paths`: where in (a0.., k0..) run-time floats arrive as 0-dim tensors (_float_paths);
     the forward passes fn their `.item()` (the arguments it returns after the call stay as given).
 
     `reached_from`: the function whose closure and globals hold the state (fn's own by default; the
@@ -366,20 +366,31 @@ def _bind_arguments(fn, args: tuple, kwargs: dict):
             {k: v for k, v in kwargs.items() if not _is_bound_argument(v)})
 
 
-def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
-    """(leaf, path) per leaf in _mark_leaves order: its index path into (*args, *kwargs.values())
-    when only tuples, namedtuples and structseqs lie on the way (rebuilding those inside the trace,
-    each of its own class, changes nothing a function can see), else None (inside a list, dict or
-    object)."""
+def _float_paths(args: tuple, kwargs: dict) -> list[tuple]:
+    """(leaf, path) per leaf in _mark_leaves order: its path into (*args, *kwargs.values()), each
+    step an index (a tuple, namedtuple, structseq or list), ("key", k) (a dict) or ("attr", name)
+    (an object flattened by its attributes), where a run-time float may arrive as a 0-dim tensor
+    and be turned back inside the trace (_items_at); None inside a dict subclass flattened by its
+    items (its library's pytree code makes it, which trident does not redo)."""
     out: list = []
 
     def walk(x, path):
-        if type(x) is tuple or arg_objects.is_sequence(type(x)):
+        if path is None:
+            _map_arg_tree(x, lambda v, _p: out.append((v, None)), "")
+        elif type(x) in (tuple, list) or arg_objects.is_sequence(type(x)):
             for i, v in enumerate(x):
                 if not arg_objects.is_item_constant(v):
                     walk(v, path + (i,))
-        elif type(x) in (list, dict) or arg_objects.is_flattened(type(x)) or arg_objects.is_by_items(type(x)):
-            _map_arg_tree(x, lambda v, _p: out.append((v, None)), "")
+        elif type(x) is dict:
+            for k, v in x.items():
+                if not arg_objects.is_item_constant(v):
+                    walk(v, path + (("key", k),))
+        elif arg_objects.is_flattened(type(x)):
+            for k, v in vars(x).items():
+                if not arg_objects.is_constant(v):
+                    walk(v, path + (("attr", k),))
+        elif arg_objects.is_by_items(type(x)):
+            walk(x, None)
         else:
             out.append((x, path))
 
@@ -391,23 +402,46 @@ def _tuple_paths(args: tuple, kwargs: dict) -> list[tuple]:
 
 def _floats_as_tensors(values: tuple, paths: list) -> tuple:
     """values with the float at each path replaced by a 0-dim float64 tensor: how a run-time
-    float reaches export (float_symbols.py); _items_at turns it back inside the trace."""
+    float reaches export (float_symbols.py); _items_at turns it back inside the trace. The
+    containers on the way are copies: the caller's own are never changed."""
     for path in paths:
-        values = _replace_at(values, path, lambda v: torch.tensor(v, dtype=torch.float64))
+        values = _replace_at(values, path, lambda v: torch.tensor(v, dtype=torch.float64), copy=True)
     return values
 
 
 def _items_at(values: tuple, paths: list) -> tuple:
-    """Inside the capture: each path's 0-dim tensor back to a Python float (a SymFloat)."""
+    """Inside the capture: each path's 0-dim tensor back to a Python float (a SymFloat). A list,
+    dict or object on the way is set in place (the function and the state the wrapper returns
+    after the call see the one container, holding the float, as eager's code would); a tuple is
+    made again."""
     for path in paths:
-        values = _replace_at(values, path, lambda t: t.item())
+        values = _replace_at(values, path, lambda t: t.item(), copy=False)
     return values
 
 
-def _replace_at(x: tuple, path: tuple, fn):
-    items = list(x)
-    items[path[0]] = fn(items[path[0]]) if len(path) == 1 else _replace_at(items[path[0]], path[1:], fn)
-    return _remake_tuple(x, items)
+def _replace_at(x, path: tuple, fn, copy: bool):
+    """x with fn applied at path (_float_paths' steps): tuples made again; lists, dicts and objects
+    copied first with `copy`, else set in place."""
+    step, rest = path[0], path[1:]
+    if isinstance(step, int) and type(x) is not list:  # a tuple, namedtuple or structseq
+        items = list(x)
+        items[step] = fn(items[step]) if not rest else _replace_at(items[step], rest, fn, copy)
+        return _remake_tuple(x, items)
+    if copy:
+        if type(x) in (list, dict):
+            x = type(x)(x)
+        else:
+            new = object.__new__(type(x))
+            new.__dict__.update(vars(x))
+            x = new
+    if isinstance(step, int) or step[0] == "key":
+        k = step if isinstance(step, int) else step[1]
+        x[k] = fn(x[k]) if not rest else _replace_at(x[k], rest, fn, copy)
+    else:
+        v = getattr(x, step[1])
+        # object.__setattr__: a frozen dataclass's own __setattr__ refuses
+        object.__setattr__(x, step[1], fn(v) if not rest else _replace_at(v, rest, fn, copy))
+    return x
 
 
 def _leaf_names(args: tuple, kwargs: dict, signature) -> list[str]:
@@ -948,7 +982,7 @@ class CompiledFunction:
 
     def _dynamic_marks(self, structure: str, leaves: list[dict], float_leaves: set) -> set:
         """Which sizes, ints and floats to capture symbolically for this call (see Options.dynamic).
-        `float_leaves`: the leaves that can be run-time floats (_tuple_paths)."""
+        `float_leaves`: the leaves that can be run-time floats (_float_paths)."""
         if self.options.dynamic is False:
             return set()
         marks = self._dynamic.setdefault(structure, set())
@@ -974,7 +1008,7 @@ class CompiledFunction:
         return marks
 
     def _lower(self, args, kwargs, structure: str, leaves: list[dict]):
-        paths = _tuple_paths(args, kwargs)
+        paths = _float_paths(args, kwargs)
         marks = self._dynamic_marks(structure, leaves, {k for k, (_, p) in enumerate(paths) if p is not None})
         # The symbolic attempts, most general first: a float that cannot be a run-time value (it
         # decides a branch) must not cost the sizes and ints their symbols.
@@ -1058,11 +1092,11 @@ class CompiledFunction:
             fn, ex_args, ex_kwargs = _bind_arguments(self.fn, tuple(ex_args), dict(ex_kwargs))
             _, m_args, m_kwargs = _bind_arguments(self.fn, tuple(m_args), dict(m_kwargs))
         # Run-time floats (float_symbols.py) reach export as 0-dim tensors at these paths of the
-        # wrapper's (a0.., k0..): the leaves _tuple_paths finds among the marked ones.
+        # wrapper's (a0.., k0..): the leaves _float_paths finds among the marked ones.
         floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
         float_paths = []
         if floats:
-            float_paths = [p for m, p in _tuple_paths(m_args, m_kwargs)
+            float_paths = [p for m, p in _float_paths(m_args, m_kwargs)
                            if p is not None and isinstance(m, _Leaf) and m.index in floats]
             values = _floats_as_tensors(tuple(ex_args) + tuple(ex_kwargs.values()), float_paths)
             ex_args, ex_kwargs = values[:len(ex_args)], dict(zip(ex_kwargs, values[len(ex_args):]))

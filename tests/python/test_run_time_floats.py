@@ -159,14 +159,62 @@ def test_dynamic_false_guards_every_float_by_value():
     assert c["compiles"] == 4 and c["hits"] == 1, c  # -0.0 and 0.0 are different constants
 
 
-def test_a_float_inside_a_list_or_dict_is_a_guarded_constant():
-    def f(x, cfg):
-        return x * cfg["alpha"] + cfg["beta"][0]
+def test_floats_inside_a_list_a_dict_and_a_frozen_dataclass_compile_once():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Sampling:
+        temperature: float
+        bias: torch.Tensor
+
+    def f(x, cfg, weights, sampling):
+        return x * cfg["alpha"] + cfg["beta"][0] + sum(w * x for w in weights) + sampling.bias / sampling.temperature
 
     fast = trident.compile(f)
     x = torch.randn(3)
-    for a in (0.5, 1.5, 0.5):
-        cfg = {"alpha": a, "beta": [2.0]}
-        assert torch.equal(fast(x, cfg), f(x, cfg))
+    for k in range(6):
+        cfg, weights = {"alpha": 0.5 + k, "beta": [2.0 - k]}, [0.25 * k, 1.5]
+        sampling = Sampling(0.7 + 0.1 * k, torch.randn(3))
+        assert torch.equal(fast(x, cfg, weights, sampling), f(x, cfg, weights, sampling)), k
+        # the caller's containers still hold their floats (the capture turned copies into tensors)
+        assert type(cfg["alpha"]) is float and type(weights[0]) is float and type(sampling.temperature) is float
+    _counters_ok(fast, 1, 6)
+    text = trident.explain(fast)
+    assert "fval" not in text and "sampling.temperature: a float (a run-time value)" in text, text
+
+
+def test_a_float_the_function_replaces_in_a_dict_or_an_object_is_written_back():
+    class State:
+        def __init__(self, t):
+            self.t = t
+            self.x = torch.ones(2)
+
+    def decay(state, opts):
+        opts["lr"] = opts["lr"] * 0.5
+        state.t = state.t + 1.0
+        return state.x * opts["lr"]
+
+    fast = trident.compile(decay)
+    for k in range(5):
+        mine, theirs = (State(0.5 * k), {"lr": 1.0 + k}), (State(0.5 * k), {"lr": 1.0 + k})
+        assert torch.equal(fast(*mine), decay(*theirs)), k
+        assert (mine[0].t, mine[1]["lr"]) == (theirs[0].t, theirs[1]["lr"]), k
+        assert type(mine[0].t) is float and type(mine[1]["lr"]) is float
+    _counters_ok(fast, 1, 5)
+
+
+def test_a_float_in_a_list_that_decides_a_branch_is_a_guarded_constant_said_once():
+    def f(x, ws):
+        return x * ws[1] if ws[0] > 1.0 else x - ws[1]
+
+    fast = trident.compile(f)
+    x = torch.randn(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for a in (0.5, 1.5, 0.5, 1.5):
+            ws = [a, 3.0]
+            assert torch.equal(fast(x, ws), f(x, ws))
+    said = [str(w.message) for w in caught if "cannot be run-time values" in str(w.message)]
+    assert len(said) == 1 and "ws[0]" in said[0], said
     c = trident.counters(fast)
-    assert c["compiles"] == 2 and c["hits"] == 1, c
+    assert c["compiles"] == 2 and c["hits"] == 2, c

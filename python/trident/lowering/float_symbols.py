@@ -1,8 +1,9 @@
 """Python floats as run-time values of a spec: `$fN` symbols computed natively (docs/host_ir.md).
 
-A float argument (not inside a list, dict or object; not under dynamic=False) reaches export as a
-0-dim float64 tensor that the capture wrapper turns back into a Python float with `.item()`
-(compiled.py), so the trace holds it as a SymFloat instead of a constant. Here that `.item()`
+A float argument, or one inside a tuple, list, dict, namedtuple or object argument (not inside a
+ModelOutput; not under dynamic=False), reaches export as a 0-dim float64 tensor that the capture
+wrapper turns back into a Python float with `.item()` (compiled.py: _float_paths, _items_at), so
+the trace holds it as a SymFloat instead of a constant. Here that `.item()`
 becomes `$fN = float K` (leaf K's value), the float arithmetic the trace recorded on it (Dynamo's
 `operator.mul`, `torch._sym_sqrt`, `torch.sym_float` nodes) becomes `fadd`/`fmul`/... in the order
 the graph has them (the same operations eager performs, so the same doubles), and an ATen Scalar

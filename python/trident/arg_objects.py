@@ -60,7 +60,7 @@ def admits(cls: type) -> str | None:
         return f"{getattr(cls, '__name__', cls)} is not a class defined in Python"
     if tuple_class(cls):
         if cls.__dictoffset__:
-            return f"{cls.__name__} is a namedtuple subclass with an instance dictionary (define __slots__ = ())"
+            return f"{cls.__name__} is a namedtuple subclass with an instance dictionary: give it __slots__ = ()"
         if any(not c.__flags__ & _HEAPTYPE and c not in (tuple, object) for c in cls.__mro__):
             return f"{cls.__name__} derives from a built-in class besides tuple"
         return None
@@ -165,6 +165,39 @@ def register_classes(args: tuple, kwargs: dict) -> None:
     the native flattener's message."""
     for _ in _objects((args, kwargs), admit=True):
         pass
+
+
+def why_refused(message: str, args: tuple, kwargs: dict) -> str:
+    """The native flattener's refusal (`argument 1: Loose is not supported natively`) with, where it
+    names a class of an object the arguments hold, why that class is not flattened (admits)."""
+    names = (message.rsplit(": ", 1)[-1].split(" is not supported natively")[0],)
+    seen: set = set()
+
+    def visit(x, depth):
+        if depth > _MAX_DEPTH or id(x) in seen:
+            return None
+        seen.add(id(x))
+        t = type(x)
+        if t in (tuple, list) or t is dict:
+            for v in (x.values() if t is dict else x):
+                found = visit(v, depth + 1)
+                if found:
+                    return found
+            return None
+        if t.__name__ in names or t.__qualname__ in names:
+            return admits(t) if not isinstance(x, torch.Tensor) else None
+        if t in _registered:
+            for v in _state(x).values():
+                found = visit(v, depth + 1)
+                if found:
+                    return found
+        return None
+
+    for v in list(args) + list(kwargs.values()):
+        reason = visit(v, 0)
+        if reason:
+            return f"{message} ({reason})"
+    return message
 
 
 def classes_named(name: str) -> list[type]:

@@ -257,6 +257,8 @@ def _describe(args: tuple, kwargs: dict):
     if structure is None:
         arg_objects.register_classes(args, kwargs)
         structure, leaves = _C.describe_args(*args, **kwargs)
+        if structure is None:
+            leaves = arg_objects.why_refused(leaves, args, kwargs)
     return structure, leaves
 
 

@@ -98,3 +98,20 @@ def test_namedtuples_and_torch_return_types_come_back_as_their_classes_with_no_s
         assert got[0].indices.dtype == torch.int64 and got[1].first is got[1][0]
     c = trident.counters(fast)
     assert (c["compiles"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c
+
+
+def test_a_returned_shape_is_a_torch_size_of_this_calls_sizes_with_no_split():
+    """`return y, y.shape`: a torch.Size built natively from the symbolic sizes (it split the call
+    at the size and was refused symbolically: 'output container Size is not supported')."""
+    def f(x):
+        y = x * 2
+        return y, y.shape, y.shape[0] * 2
+
+    fast = trident.compile(f)
+    for n in (3, 4, 5, 6):
+        x = torch.randn(n, 2)
+        got, want = fast(x), f(x)
+        assert type(got[1]) is torch.Size and got[1] == want[1] and got[2] == want[2]
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert (c["compiles"], c["hits"], c["fallbacks"], c["split_calls"]) == (2, 2, 0, 0), c

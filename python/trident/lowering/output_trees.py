@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import collections
 
+import torch
+
 from .. import _compat, arg_objects, object_table
 from ..arg_objects import Node
 from ..errors import UnsupportedError
@@ -27,10 +29,11 @@ _MISSING = object()
 
 def _tuple_class(kind, context):
     """The tuple class of a pytree node that is a namedtuple (pytree's node type is then the
-    `namedtuple` function, the class its context) or a structseq (the node type is the class)."""
+    `namedtuple` function, the class its context), a structseq or a torch.Size (the node type is
+    the class)."""
     if kind is collections.namedtuple and isinstance(context, type) and issubclass(context, tuple):
         return context
-    if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "n_sequence_fields"):
+    if isinstance(kind, type) and issubclass(kind, tuple) and (hasattr(kind, "n_sequence_fields") or kind is torch.Size):
         return kind
     return None
 

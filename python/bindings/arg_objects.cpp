@@ -1,5 +1,6 @@
 #include "arg_objects.h"
 
+#include <utility>
 #include <vector>
 
 namespace trident::bindings {
@@ -15,12 +16,20 @@ std::vector<Entry>& table() {
   return *t;
 }
 
+// The flattened classes alone, with their numbers: what object_class_id scans on every call for
+// each argument that is not a tensor, number, container or None. A handful of classes, where the
+// whole table holds every class, enum member and constant a program names (over a hundred after a
+// generate()).
+std::vector<std::pair<PyObject*, int32_t>>& flattened_classes() {
+  static auto* c = new std::vector<std::pair<PyObject*, int32_t>>();  // never destroyed, as table()
+  return *c;
+}
+
 }  // namespace
 
 int32_t object_class_id(PyTypeObject* type) {
-  const auto& t = table();
-  for (size_t k = 0; k < t.size(); ++k)
-    if (t[k].obj == reinterpret_cast<PyObject*>(type)) return t[k].flattened ? static_cast<int32_t>(k) : -1;
+  for (const auto& [cls, id] : flattened_classes())
+    if (cls == reinterpret_cast<PyObject*>(type)) return id;
   return -1;
 }
 
@@ -40,7 +49,11 @@ PyObject* interned_object(int64_t id) {
 
 int32_t register_object_class(PyObject* type) {
   int32_t id = intern_object(type);
-  table()[static_cast<size_t>(id)].flattened = true;
+  Entry& e = table()[static_cast<size_t>(id)];
+  if (!e.flattened) {
+    e.flattened = true;
+    flattened_classes().emplace_back(type, id);
+  }
   return id;
 }
 

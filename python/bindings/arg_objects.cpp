@@ -1,5 +1,6 @@
 #include "arg_objects.h"
 
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,14 @@ struct Entry {
 std::vector<Entry>& table() {
   static auto* t = new std::vector<Entry>();  // never destroyed: interpreter shutdown order
   return *t;
+}
+
+// Object -> its number in table(): intern_object runs on every call for each class or enum member
+// argument (flatten.cpp: add_constant's c<N> and e<N>). Entries are never removed, and each holds
+// a strong reference, so an address never comes to mean another object.
+std::unordered_map<PyObject*, int32_t>& index() {
+  static auto* m = new std::unordered_map<PyObject*, int32_t>();  // never destroyed, as table()
+  return *m;
 }
 
 // The flattened classes alone, with their numbers: what object_class_id scans on every call for
@@ -34,12 +43,12 @@ int32_t object_class_id(PyTypeObject* type) {
 }
 
 int32_t intern_object(PyObject* obj) {
-  auto& t = table();
-  for (size_t k = 0; k < t.size(); ++k)
-    if (t[k].obj == obj) return static_cast<int32_t>(k);
-  Py_INCREF(obj);
-  t.push_back({obj, false});
-  return static_cast<int32_t>(t.size() - 1);
+  auto [it, added] = index().try_emplace(obj, static_cast<int32_t>(table().size()));
+  if (added) {
+    Py_INCREF(obj);
+    table().push_back({obj, false});
+  }
+  return it->second;
 }
 
 PyObject* interned_object(int64_t id) {

@@ -8,6 +8,7 @@
 
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <charconv>
@@ -228,9 +229,12 @@ bool add(PyObject* obj, FlatArgs& out, int depth, Place place) {
     leaf.fval = PyFloat_AS_DOUBLE(obj);
     out.structure += 'f';
     out.tensors.push_back(nullptr);
-  } else if ((PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) && depth < kMaxDepth) {
-    bool tuple = PyTuple_CheckExact(obj);
+  } else if ((PyTuple_CheckExact(obj) || PyList_CheckExact(obj) || THPSize_Check(obj)) && depth < kMaxDepth) {
+    // a torch.Size is a tuple of ints marked 'z' (the capture hands export a tuple in its place
+    // and makes the Size again inside the trace: compiled.py, _items_at)
+    bool tuple = !PyList_CheckExact(obj);
     out.nodes.push_back(obj);
+    if (THPSize_Check(obj)) out.structure += 'z';
     out.structure += tuple ? '(' : '[';
     Py_ssize_t n = tuple ? PyTuple_GET_SIZE(obj) : PyList_GET_SIZE(obj);
     for (Py_ssize_t k = 0; k < n; ++k) {

@@ -2,7 +2,7 @@
 //
 // Structure string (what guards compare first, byte for byte):
 //   leaf codes   T tensor, i int, b bool, f float, n None
-//   containers   (...) tuple, [...] list, {k=...,#3=...} dict with identifier string keys or int
+//   containers   (...) tuple, z(...) torch.Size, [...] list, {k=...,#3=...} dict with identifier string keys or int
 //                keys (#<decimal>), in insertion order, as pytree flattens it, nested freely;
 //                <N{name=...,name=...}> an instance of registered class N (arg_objects.h), its
 //                instance dictionary in insertion order; <N(...)> an instance of registered

@@ -342,32 +342,35 @@ class Node:
     items: dict           # position (tuple, list) or name (dict, object) -> value
 
 
-def pre_state(marked_args: tuple, marked_kwargs: dict, order: list) -> list:
+def pre_state(marked_args: tuple, marked_kwargs: dict, order: list, args: tuple = (), kwargs: dict | None = None) -> list:
     """The arguments as Nodes, numbered in flatten.cpp's visit order (pre-order over positional,
     then keyword arguments in call order), one entry per argument of `order`: the same marked
     values as bound to the signature (signature.bind may reorder keywords and make them
-    positional; it keeps the objects)."""
+    positional; it keeps the objects). `args`, `kwargs`: the call's own arguments, which the marked
+    ones mirror, read for what marking does not keep: a torch.Size, marked as a tuple."""
     counter = iter(range(1 << 30))
     made: dict[int, object] = {}
 
-    def visit(x):
+    def visit(x, real):
         t = type(x)
         if t in (tuple, list):
-            n = Node(next(counter), t, {})
-            n.items = {k: visit(v) for k, v in enumerate(x)}
+            n = Node(next(counter), torch.Size if type(real) is torch.Size else t, {})
+            n.items = {k: visit(v, real[k] if real is not None else None) for k, v in enumerate(x)}
             return n
         if t is dict:
             n = Node(next(counter), t, {})
-            n.items = {k: visit(v) for k, v in x.items()}
+            n.items = {k: visit(v, real[k] if real is not None else None) for k, v in x.items()}
             return n
         if t in _registered:
             n = Node(next(counter), t, {})
-            n.items = {k: visit(v) for k, v in _state(x).items()}
+            own = _state(real) if real is not None else {}
+            n.items = {k: visit(v, own.get(k)) for k, v in _state(x).items()}
             return n
         return x  # a leaf marker or a constant
 
-    for a in list(marked_args) + list(marked_kwargs.values()):
-        made[id(a)] = visit(a)
+    reals = list(args) + list((kwargs or {}).values())
+    for k, a in enumerate(list(marked_args) + list(marked_kwargs.values())):
+        made[id(a)] = visit(a, reals[k] if k < len(reals) else None)
     return [made[id(a)] for a in order]
 
 

@@ -31,7 +31,7 @@ log = logging.getLogger("trident")
 
 def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False,
                      float_paths: list | None = None, reached_from=None,
-                     module_arguments: list | None = None) -> torch.nn.Module:
+                     module_arguments: list | None = None, size_paths: list | None = None) -> torch.nn.Module:
     """Lets torch.export capture a plain function: a module whose forward has one named parameter
     per argument (export's dynamic_shapes are keyed by those names; *args forwards break it). The
     parameters are a0.. for positional arguments and k0.. for keyword arguments, whatever the
@@ -44,6 +44,8 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
 
     `float_paths`: where in (a0.., k0..) run-time floats arrive as 0-dim tensors (_float_paths);
     the forward passes fn their `.item()` (the arguments it returns after the call stay as given).
+    `size_paths`: where torch.Size arguments arrive as tuples (export's dynamic_shapes cannot
+    describe a Size); the forward passes fn a torch.Size of their items.
 
     `reached_from`: the function whose closure and globals hold the state (fn's own by default; the
     user's function where fn puts bound arguments back, _bind_arguments). `module_arguments`:
@@ -55,9 +57,9 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
     everything = ", ".join(params + kparams) + ("," if len(params + kparams) == 1 else "")
     inner = params + kparams
     prologue = ""
-    if float_paths:
+    if float_paths or size_paths:
         inner = [f"v{i}" for i in range(len(inner))]
-        prologue = f"    ({', '.join(inner)},) = _items_at(({everything}), self.float_paths)\n"
+        prologue = f"    ({', '.join(inner)},) = _items_at(({everything}), self.float_paths, self.size_paths)\n"
     ipos, ikw = inner[:npos], inner[npos:]
     call = ", ".join(ipos + ([f"**dict(zip(self.kwnames, ({', '.join(ikw)},)))"] if ikw else []))
     close = f"), ({everything})" if post_state else ")"
@@ -72,12 +74,14 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
         module.fn = fn.__func__
         module.kwnames = tuple(kwnames)
         module.float_paths = list(float_paths or ())
+        module.size_paths = list(size_paths or ())
         return module
     exec(f"def forward({sig}):\n{prologue}    return (self.fn({call}){close}\n", ns)
     module = type("TridentFunction", (torch.nn.Module,), {"forward": ns["forward"]})()
     module.fn = fn
     module.kwnames = tuple(kwnames)
     module.float_paths = list(float_paths or ())
+    module.size_paths = list(size_paths or ())
     # Modules and parameters the function reaches through its closure or the globals it names: export
     # lifts a parameter only under a name of the module it exports (a KeyError otherwise), so they
     # become the wrapper's submodules and parameters.
@@ -278,8 +282,9 @@ def _map_arg_tree(x, fn, path: str, objects_as_lists: bool = False):
     becomes a new instance holding the mapped attributes (constants as they are), or with
     `objects_as_lists` the list of its mapped non-constant attributes (export's dynamic_shapes for
     a pytree node)."""
-    if type(x) in (tuple, list):
-        return type(x)(_map_item(v, fn, f"{path}[{i}]", objects_as_lists) for i, v in enumerate(x))
+    if type(x) in (tuple, list, torch.Size):  # a Size as a tuple: what export is given (_sizes_as_tuples)
+        return (list if type(x) is list else tuple)(
+            _map_item(v, fn, f"{path}[{i}]", objects_as_lists) for i, v in enumerate(x))
     if type(x) is dict:
         return {k: _map_item(v, fn, f"{path}[{k!r}]", objects_as_lists) for k, v in x.items()}
     if arg_objects.is_sequence(type(x)):
@@ -368,18 +373,21 @@ def _bind_arguments(fn, args: tuple, kwargs: dict):
             {k: v for k, v in kwargs.items() if not _is_bound_argument(v)})
 
 
-def _float_paths(args: tuple, kwargs: dict) -> list[tuple]:
+def _float_paths(args: tuple, kwargs: dict, sizes: list | None = None) -> list[tuple]:
     """(leaf, path) per leaf in _mark_leaves order: its path into (*args, *kwargs.values()), each
     step an index (a tuple, namedtuple, structseq or list), ("key", k) (a dict) or ("attr", name)
     (an object flattened by its attributes), where a run-time float may arrive as a 0-dim tensor
     and be turned back inside the trace (_items_at); None inside a dict subclass flattened by its
-    items (its library's pytree code makes it, which trident does not redo)."""
+    items (its library's pytree code makes it, which trident does not redo). With `sizes`, appends
+    there the path of each torch.Size (export is given a tuple in its place: _sizes_as_tuples)."""
     out: list = []
 
     def walk(x, path):
         if path is None:
             _map_arg_tree(x, lambda v, _p: out.append((v, None)), "")
-        elif type(x) in (tuple, list) or arg_objects.is_sequence(type(x)):
+        elif type(x) in (tuple, list, torch.Size) or arg_objects.is_sequence(type(x)):
+            if type(x) is torch.Size and sizes is not None:
+                sizes.append(path)
             for i, v in enumerate(x):
                 if not arg_objects.is_item_constant(v):
                     walk(v, path + (i,))
@@ -411,13 +419,23 @@ def _floats_as_tensors(values: tuple, paths: list) -> tuple:
     return values
 
 
-def _items_at(values: tuple, paths: list) -> tuple:
-    """Inside the capture: each path's 0-dim tensor back to a Python float (a SymFloat). A list,
-    dict or object on the way is set in place (the function and the state the wrapper returns
-    after the call see the one container, holding the float, as eager's code would); a tuple is
-    made again."""
+def _sizes_as_tuples(values: tuple, paths: list) -> tuple:
+    """values with the torch.Size at each path a tuple of its ints (copies on the way, as
+    _floats_as_tensors): export takes a Size's ints only through dynamic_shapes it cannot match."""
+    for path in paths:
+        values = _replace_at(values, path, tuple, copy=True)
+    return values
+
+
+def _items_at(values: tuple, paths: list, size_paths: list = ()) -> tuple:
+    """Inside the capture: each path's 0-dim tensor back to a Python float (a SymFloat), and each
+    size path's tuple back to a torch.Size. A list, dict or object on the way is set in place (the
+    function and the state the wrapper returns after the call see the one container, as eager's
+    code would); a tuple is made again."""
     for path in paths:
         values = _replace_at(values, path, lambda t: t.item(), copy=False)
+    for path in size_paths:
+        values = _replace_at(values, path, torch.Size, copy=False)
     return values
 
 
@@ -1096,6 +1114,11 @@ class CompiledFunction:
         # Run-time floats (float_symbols.py) reach export as 0-dim tensors at these paths of the
         # wrapper's (a0.., k0..): the leaves _float_paths finds among the marked ones.
         floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
+        size_paths: list = []
+        _float_paths(ex_args, ex_kwargs, size_paths)
+        if size_paths:
+            values = _sizes_as_tuples(tuple(ex_args) + tuple(ex_kwargs.values()), size_paths)
+            ex_args, ex_kwargs = values[:len(ex_args)], dict(zip(ex_kwargs, values[len(ex_args):]))
         float_paths = []
         if floats:
             float_paths = [p for m, p in _float_paths(m_args, m_kwargs)
@@ -1109,12 +1132,12 @@ class CompiledFunction:
                          else m.index if isinstance(v, torch.Tensor) else (m.index,) if type(v) is int else None
                          for m, v in zip(marks_, values)]
         # numbered in call order (the native flattener's), listed in the wrapper's parameter order
-        pre_state = arg_objects.pre_state(margs, mkwargs, list(m_args) + list(m_kwargs.values()))
+        pre_state = arg_objects.pre_state(margs, mkwargs, list(m_args) + list(m_kwargs.values()), args, kwargs)
         post_state = arg_objects.holds_mutables(pre_state)
         if not post_state:
             pre_state = None
         state_prefix = ""
-        if self.module is not None and not post_state and not float_paths:
+        if self.module is not None and not post_state and not float_paths and not size_paths:
             wrapper, names = self.module, list(self.signature.bind(*ex_args, **ex_kwargs).arguments) \
                 if self.signature is not None else None
         else:
@@ -1122,7 +1145,7 @@ class CompiledFunction:
             # returns the arguments' state; its state keeps the names it has in the module, where
             # _state_index reads it (the lowering strips the prefix).
             wrapper = _function_module(self.module or fn, len(ex_args), list(ex_kwargs), post_state=post_state,
-                                       float_paths=float_paths, reached_from=self.fn,
+                                       float_paths=float_paths, size_paths=size_paths, reached_from=self.fn,
                                        module_arguments=self._module_arguments)
             names = [f"a{i}" for i in range(len(ex_args))] + [f"k{j}" for j in range(len(ex_kwargs))]
             # keyword arguments travel under the wrapper's own parameter names (_function_module)

@@ -1,7 +1,7 @@
-"""Namedtuples and structseqs as arguments (arg_objects.tuple_class): flattened natively by their
-items as a tuple is, guarded on their class by identity, ints and floats inside them run-time values
-as a plain tuple's are, and the caller's own instance returned where the function returns it; what
-does not qualify runs eagerly and says why."""
+"""Namedtuples, structseqs and torch.Size as arguments: flattened natively by their items as a
+tuple is, guarded on their class (a namedtuple's by identity: arg_objects.tuple_class), ints and
+floats inside them run-time values as a plain tuple's are; what does not qualify runs eagerly and
+says why."""
 import collections
 import typing
 
@@ -122,3 +122,53 @@ def test_a_namedtuple_subclass_with_an_instance_dictionary_runs_eagerly_and_says
                                             r"with an instance dictionary: give it __slots__ = \(\)\)"):
         torch.testing.assert_close(fast(s), f(s), rtol=0, atol=0)
     assert trident.counters(fast)["fallbacks"] == 1
+
+
+def test_a_torch_size_argument_runs_natively_its_ints_symbolic():
+    def restore(flat, shape):
+        return flat.view(shape) * shape[0]
+
+    fast = trident.compile(restore)
+    for n in range(2, 8):
+        shape = torch.Size([n, 8])
+        flat = torch.randn(n * 8)
+        torch.testing.assert_close(fast(flat, shape), restore(flat, shape), rtol=0, atol=0)
+    c = trident.counters(fast)
+    # the first shape, then the varying int and size symbolic (export is given a tuple of ints)
+    assert (c["compiles"], c["hits"], c["fallbacks"], c["split_calls"]) == (2, 4, 0, 0), c
+
+
+def test_a_torch_size_in_a_dict_is_a_size_inside_the_call_and_after_it():
+    def f(x, opts):
+        kind = 2 if isinstance(opts["shape"], torch.Size) else 3
+        return x.view(opts["shape"]) * kind, opts["shape"]
+
+    fast = trident.compile(f)
+    for n in (2, 3, 4):
+        x = torch.randn(n * 4)
+        mine, theirs = {"shape": torch.Size([n, 4])}, {"shape": torch.Size([n, 4])}
+        size = mine["shape"]
+        got, want = fast(x, mine), f(x, theirs)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        assert type(got[1]) is torch.Size and got[1] == want[1]
+        assert mine["shape"] is size  # left as it was: nothing written back
+    # a plain tuple of the same ints is another structure, and the function sees a tuple
+    x = torch.randn(8)
+    torch.testing.assert_close(fast(x, {"shape": (2, 4)})[0], f(x, {"shape": (2, 4)})[0], rtol=0, atol=0)
+    c = trident.counters(fast)
+    assert c["fallbacks"] == 0 and c["split_calls"] == 0 and c["hits"] >= 1, c
+
+
+def test_a_tuple_the_function_turns_into_a_size_in_a_dict_it_was_given_is_written_back():
+    def f(x, opts):
+        opts["shape"] = torch.Size(opts["shape"])
+        return x.view(opts["shape"])
+
+    fast = trident.compile(f)
+    for n in (2, 3, 4):
+        x = torch.randn(n * 4)
+        mine, theirs = {"shape": (n, 4)}, {"shape": (n, 4)}
+        torch.testing.assert_close(fast(x, mine), f(x, theirs), rtol=0, atol=0)
+        assert type(mine["shape"]) is torch.Size and mine["shape"] == theirs["shape"]
+    c = trident.counters(fast)
+    assert c["fallbacks"] == 0 and c["split_calls"] == 0, c

@@ -58,15 +58,29 @@ def is_item_of_float(lw, node: fx.Node) -> bool:
             and isinstance(lw.env.get(node.args[0]), FloatInput))
 
 
+def input_operand(lw, src: FloatInput) -> str:
+    """A float leaf's placeholder used as a value itself: the wrapper returns the arguments as they
+    are after the call (compiled._function_module), which hold the 0-dim tensor where the float
+    was, so the post-call state of a tuple or namedtuple holding a float names it. It is the leaf's
+    `$fN`, made here where no `.item()` of it made one, so the output tree finds the float
+    unchanged."""
+    v = lw.leaf_operand.get(src.leaf)
+    if v is None:
+        v = lw.new_sym(float_=True)
+        lw.lines.append(hir.sym(v, "float", str(src.leaf)))
+        lw.leaf_operand[src.leaf] = v
+    return v
+
+
 def lower(lw, node: fx.Node) -> bool:
     """Lowers `node` if it computes a run-time float: True when done, False when it is not a float
     node this module handles (the caller decides what that means)."""
     if is_item_of_float(lw, node):
+        # one `$fN` per leaf, however many `.item()`s the trace has of it (a float the function set
+        # back into a list it was given is read again for the state after the call): the output
+        # tree then finds that float unchanged and writes nothing back
         src = lw.env[node.args[0]]
-        v = lw.new_sym(float_=True)
-        lw.lines.append(hir.sym(v, "float", str(src.leaf)))
-        lw.env[node] = FloatSym(v, src.value)
-        lw.leaf_operand.setdefault(src.leaf, v)
+        lw.env[node] = FloatSym(input_operand(lw, src), src.value)
         return True
     if not isinstance(node.meta.get("val"), torch.SymFloat) or node.kwargs:
         return False

@@ -310,6 +310,8 @@ class _Lowerer:
                 return v
             if isinstance(v, float_symbols.FloatSym):
                 return v.text
+            if isinstance(v, float_symbols.FloatInput):
+                return float_symbols.input_operand(self, v)
             return self.literal(node, v)
         return self.literal(node, a)
 

@@ -7,13 +7,9 @@
 namespace trident::bindings {
 namespace {
 
-struct Entry {
-  PyObject* obj;          // strong reference, kept for the process's life
-  bool flattened = false;  // a class whose instances flatten_args walks by attributes
-};
-
-std::vector<Entry>& table() {
-  static auto* t = new std::vector<Entry>();  // never destroyed: interpreter shutdown order
+// The objects by number, strong references kept for the process's life.
+std::vector<PyObject*>& table() {
+  static auto* t = new std::vector<PyObject*>();  // never destroyed: interpreter shutdown order
   return *t;
 }
 
@@ -46,23 +42,19 @@ int32_t intern_object(PyObject* obj) {
   auto [it, added] = index().try_emplace(obj, static_cast<int32_t>(table().size()));
   if (added) {
     Py_INCREF(obj);
-    table().push_back({obj, false});
+    table().push_back(obj);
   }
   return it->second;
 }
 
 PyObject* interned_object(int64_t id) {
   const auto& t = table();
-  return id >= 0 && static_cast<size_t>(id) < t.size() ? t[static_cast<size_t>(id)].obj : nullptr;
+  return id >= 0 && static_cast<size_t>(id) < t.size() ? t[static_cast<size_t>(id)] : nullptr;
 }
 
 int32_t register_object_class(PyObject* type) {
-  int32_t id = intern_object(type);
-  Entry& e = table()[static_cast<size_t>(id)];
-  if (!e.flattened) {
-    e.flattened = true;
-    flattened_classes().emplace_back(type, id);
-  }
+  const int32_t id = intern_object(type);
+  if (object_class_id(reinterpret_cast<PyTypeObject*>(type)) < 0) flattened_classes().emplace_back(type, id);
   return id;
 }
 

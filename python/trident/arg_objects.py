@@ -54,11 +54,12 @@ def admits(cls: type) -> str | None:
     object alone (no C state besides the instance dictionary), has no __slots__, and is not a
     module, an enum or a tensor; a tuple class has no instance dictionary (whose attributes its
     items would not hold)."""
-    if tuple_class(cls) and hasattr(cls, "n_sequence_fields"):
+    sequence = tuple_class(cls)
+    if sequence and hasattr(cls, "n_sequence_fields"):
         return None  # a structseq (defined in C, torch.return_types'): its items are its state
     if not isinstance(cls, type) or not cls.__flags__ & _HEAPTYPE:
         return f"{getattr(cls, '__name__', cls)} is not a class defined in Python"
-    if tuple_class(cls):
+    if sequence:
         if cls.__dictoffset__:
             return f"{cls.__name__} is a namedtuple subclass with an instance dictionary: give it __slots__ = ()"
         if any(not c.__flags__ & _HEAPTYPE and c not in (tuple, object) for c in cls.__mro__):
@@ -169,34 +170,22 @@ def register_classes(args: tuple, kwargs: dict) -> None:
 
 def why_refused(message: str, args: tuple, kwargs: dict) -> str:
     """The native flattener's refusal (`argument 1: Loose is not supported natively`) with, where it
-    names a class of an object the arguments hold, why that class is not flattened (admits)."""
-    names = (message.rsplit(": ", 1)[-1].split(" is not supported natively")[0],)
-    seen: set = set()
+    names the class of an object the arguments hold, why that class is not flattened (admits)."""
+    name = message.rsplit(": ", 1)[-1].removesuffix(" is not supported natively")
 
-    def visit(x, depth):
-        if depth > _MAX_DEPTH or id(x) in seen:
-            return None
-        seen.add(id(x))
+    def values(x, depth):  # what the native flattener visits, to its depth limit
+        yield x
         t = type(x)
-        if t in (tuple, list) or t is dict:
-            for v in (x.values() if t is dict else x):
-                found = visit(v, depth + 1)
-                if found:
-                    return found
-            return None
-        if t.__name__ in names or t.__qualname__ in names:
-            return admits(t) if not isinstance(x, torch.Tensor) else None
-        if t in _registered:
-            for v in _state(x).values():
-                found = visit(v, depth + 1)
-                if found:
-                    return found
-        return None
+        inner = x.values() if t is dict else x if t in (tuple, list) else _state(x).values() if t in _registered else ()
+        if depth < _MAX_DEPTH:
+            for v in inner:
+                yield from values(v, depth + 1)
 
-    for v in list(args) + list(kwargs.values()):
-        reason = visit(v, 0)
-        if reason:
-            return f"{message} ({reason})"
+    for x in values(tuple(args) + tuple(kwargs.values()), -1):
+        if name in (type(x).__name__, type(x).__qualname__) and not isinstance(x, torch.Tensor):
+            reason = admits(type(x))
+            if reason:
+                return f"{message} ({reason})"
     return message
 
 

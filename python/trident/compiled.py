@@ -42,7 +42,7 @@ def _function_module(fn, npos: int, kwnames: list[str], post_state: bool = False
     export's output spec holds what the call did to the objects it was given (output_trees.py).
     fn may be a module (trident.compile(model) called with objects): it becomes submodule `fn`.
 
-    `float_paths`: where in (a0.., k0..) run-time floats arrive as 0-dim tensors (_float_paths);
+    `float_paths`: where in (a0.., k0..) run-time floats arrive as 0-dim tensors (_leaf_paths);
     the forward passes fn their `.item()` (the arguments it returns after the call stay as given).
     `size_paths`: where torch.Size arguments arrive as tuples (export's dynamic_shapes cannot
     describe a Size); the forward passes fn a torch.Size of their items.
@@ -373,7 +373,7 @@ def _bind_arguments(fn, args: tuple, kwargs: dict):
             {k: v for k, v in kwargs.items() if not _is_bound_argument(v)})
 
 
-def _float_paths(args: tuple, kwargs: dict, sizes: list | None = None) -> list[tuple]:
+def _leaf_paths(args: tuple, kwargs: dict, sizes: list | None = None) -> list[tuple]:
     """(leaf, path) per leaf in _mark_leaves order: its path into (*args, *kwargs.values()), each
     step an index (a tuple, namedtuple, structseq or list), ("key", k) (a dict) or ("attr", name)
     (an object flattened by its attributes), where a run-time float may arrive as a 0-dim tensor
@@ -440,7 +440,7 @@ def _items_at(values: tuple, paths: list, size_paths: list = ()) -> tuple:
 
 
 def _replace_at(x, path: tuple, fn, copy: bool):
-    """x with fn applied at path (_float_paths' steps): tuples made again; lists, dicts and objects
+    """x with fn applied at path (_leaf_paths' steps): tuples made again; lists, dicts and objects
     copied first with `copy`, else set in place."""
     step, rest = path[0], path[1:]
     if isinstance(step, int) and type(x) is not list:  # a tuple, namedtuple or structseq
@@ -1002,7 +1002,7 @@ class CompiledFunction:
 
     def _dynamic_marks(self, structure: str, leaves: list[dict], float_leaves: set) -> set:
         """Which sizes, ints and floats to capture symbolically for this call (see Options.dynamic).
-        `float_leaves`: the leaves that can be run-time floats (_float_paths)."""
+        `float_leaves`: the leaves that can be run-time floats (_leaf_paths)."""
         if self.options.dynamic is False:
             return set()
         marks = self._dynamic.setdefault(structure, set())
@@ -1028,7 +1028,7 @@ class CompiledFunction:
         return marks
 
     def _lower(self, args, kwargs, structure: str, leaves: list[dict]):
-        paths = _float_paths(args, kwargs)
+        paths = _leaf_paths(args, kwargs)
         marks = self._dynamic_marks(structure, leaves, {k for k, (_, p) in enumerate(paths) if p is not None})
         # The symbolic attempts, most general first: a float that cannot be a run-time value (it
         # decides a branch) must not cost the sizes and ints their symbols.
@@ -1112,16 +1112,16 @@ class CompiledFunction:
             fn, ex_args, ex_kwargs = _bind_arguments(self.fn, tuple(ex_args), dict(ex_kwargs))
             _, m_args, m_kwargs = _bind_arguments(self.fn, tuple(m_args), dict(m_kwargs))
         # Run-time floats (float_symbols.py) reach export as 0-dim tensors at these paths of the
-        # wrapper's (a0.., k0..): the leaves _float_paths finds among the marked ones.
+        # wrapper's (a0.., k0..): the leaves _leaf_paths finds among the marked ones.
         floats = {leaf for kind, leaf, *_ in marks if kind == "float"}
         size_paths: list = []
-        _float_paths(ex_args, ex_kwargs, size_paths)
+        _leaf_paths(ex_args, ex_kwargs, size_paths)  # for the Sizes' paths alone
         if size_paths:
             values = _sizes_as_tuples(tuple(ex_args) + tuple(ex_kwargs.values()), size_paths)
             ex_args, ex_kwargs = values[:len(ex_args)], dict(zip(ex_kwargs, values[len(ex_args):]))
         float_paths = []
         if floats:
-            float_paths = [p for m, p in _float_paths(m_args, m_kwargs)
+            float_paths = [p for m, p in _leaf_paths(m_args, m_kwargs)
                            if p is not None and isinstance(m, _Leaf) and m.index in floats]
             values = _floats_as_tensors(tuple(ex_args) + tuple(ex_kwargs.values()), float_paths)
             ex_args, ex_kwargs = values[:len(ex_args)], dict(zip(ex_kwargs, values[len(ex_args):]))

@@ -2,7 +2,7 @@
 
 A float argument, or one inside a tuple, list, dict, namedtuple or object argument (not inside a
 ModelOutput; not under dynamic=False), reaches export as a 0-dim float64 tensor that the capture
-wrapper turns back into a Python float with `.item()` (compiled.py: _float_paths, _items_at), so
+wrapper turns back into a Python float with `.item()` (compiled.py: _leaf_paths, _items_at), so
 the trace holds it as a SymFloat instead of a constant. Here that `.item()`
 becomes `$fN = float K` (leaf K's value), the float arithmetic the trace recorded on it (Dynamo's
 `operator.mul`, `torch._sym_sqrt`, `torch.sym_float` nodes) becomes `fadd`/`fmul`/... in the order

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -312,25 +313,61 @@ bool add(PyObject* obj, FlatArgs& out, int depth, Place place) {
   return true;
 }
 
+// Autocast as the call runs under it: 0 when it is off, else 1 + the c10::ScalarType it casts to,
+// for the CPU and for CUDA. Autocast's keys are excluded by default and enabling it for a device
+// un-excludes that device's key (compared with the default rather than assumed, so a torch that
+// excludes fewer stays correct). `other` is set when it is on for another device type.
+struct AutocastState {
+  int cpu = 0, cuda = 0;
+  bool other = false;
+  bool on() const { return cpu || cuda || other; }
+};
+
+AutocastState autocast_state() {
+  AutocastState a;
+  if (!autocast_enabled()) return a;  // the common case: one TLS read
+  const c10::DispatchKeySet changed =
+      (c10::impl::tls_local_dispatch_key_set().excluded_ ^ c10::default_excluded_set) & c10::autocast_dispatch_keyset;
+  for (c10::DispatchKey k : changed) {
+    if (k == c10::DispatchKey::AutocastCPU)
+      a.cpu = 1 + static_cast<int>(at::autocast::get_autocast_dtype(c10::DeviceType::CPU));
+    else if (k == c10::DispatchKey::AutocastCUDA)
+      a.cuda = 1 + static_cast<int>(at::autocast::get_autocast_dtype(c10::DeviceType::CUDA));
+    else
+      a.other = true;
+  }
+  return a;
+}
+
 // Global settings a trace can bake in, as a suffix of the structure string, so a specialization
 // serves only calls made under the settings it was compiled under: the default dtype (factories
-// without a dtype) and deterministic algorithms (which turn the kept buffers off and make ATen
-// fill new memory). Settings read as the program runs need no guard: ATen's calls see float32
-// matmul precision, allow_tf32 and the SDP flags of ops not decomposed as eager's do, and a
-// cuBLASLt site hands itself back to ATen when cuBLAS's reduced-precision flags change
-// (lt_gemm.h). At the defaults the suffix is empty; its characters are none of the leaf
-// codes. A few ns a call (reading float32MatmulPrecision() alone would cost 45).
-void append_global_state(std::string& structure) {
+// without a dtype), deterministic algorithms (which turn the kept buffers off and make ATen
+// fill new memory) and torch.autocast (a capture traced under it holds its casts as ops of its
+// own, so its program runs with autocast's keys excluded: scm_call.cpp, run_spec). Settings read
+// as the program runs need no guard: ATen's calls see float32 matmul precision, allow_tf32 and the
+// SDP flags of ops not decomposed as eager's do, and a cuBLASLt site hands itself back to ATen when
+// cuBLAS's reduced-precision flags change (lt_gemm.h). At the defaults the suffix is empty; its
+// characters are none of the leaf codes. A few ns a call (reading float32MatmulPrecision() alone
+// would cost 45).
+void append_global_state(std::string& structure, const AutocastState& autocast) {
   const int dtype = static_cast<int>(c10::typeMetaToScalarType(c10::get_default_dtype()));
   const at::Context& ctx = at::globalContext();
   const int det = ctx.deterministicAlgorithms() ? 1 + ctx.deterministicFillUninitializedMemory() : 0;
-  if (dtype == static_cast<int>(c10::ScalarType::Float) && det == 0) return;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "@%d.%d", dtype, det);
+  if (dtype == static_cast<int>(c10::ScalarType::Float) && det == 0 && !autocast.on()) return;
+  char buf[48];
+  if (autocast.on())
+    std::snprintf(buf, sizeof buf, "@%d.%d.%d.%d", dtype, det, autocast.cpu, autocast.cuda);
+  else
+    std::snprintf(buf, sizeof buf, "@%d.%d", dtype, det);
   structure += buf;
 }
 
 }  // namespace
+
+bool autocast_enabled() {
+  const c10::DispatchKeySet keys = c10::autocast_dispatch_keyset;
+  return ((c10::impl::tls_local_dispatch_key_set().excluded_ ^ c10::default_excluded_set) & keys) != c10::DispatchKeySet();
+}
 
 trd_call make_call(const FlatArgs& flat) {
   trd_call c;
@@ -368,14 +405,12 @@ bool fill_tensor_leaf(const at::Tensor& t, trd_leaf& leaf) {
 }
 
 bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, FlatArgs& out) {
-  // Under torch.autocast no specialization applies: one traced with autocast bakes its casts in,
-  // one traced without it runs typed paths (cuBLASLt, builtin kernels) that autocast never sees.
-  // Such calls go to the cold path, which runs the function eagerly and says why.
-  // (Autocast's keys are excluded by default, enabling it for a device un-excludes that device's:
-  // compared with the default rather than assumed, so a torch that excludes fewer stays correct.)
-  const c10::DispatchKeySet autocast = c10::autocast_dispatch_keyset;
-  if ((c10::impl::tls_local_dispatch_key_set().excluded_ & autocast) != (c10::default_excluded_set & autocast)) {
-    out.unsupported = "torch.autocast is enabled, which trident does not compile for";
+  // Under torch.autocast a specialization traced under the same autocast serves the call (the
+  // settings suffix says which); autocast for a device other than the CPU and CUDA is not compiled for.
+  const AutocastState autocast = autocast_state();
+  if (autocast.other) {
+    out.unsupported = "torch.autocast is enabled for a device other than the CPU and CUDA, which trident does not "
+                      "compile for";
     return false;
   }
   // A TorchFunctionMode (torch.set_default_device, `with torch.device(...)`, a user's mode) would
@@ -420,7 +455,7 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
       }
     }
   }
-  append_global_state(out.structure);
+  append_global_state(out.structure, autocast);
   last_leaves = out.leaves.size();
   last_nodes = out.nodes.size();
   last_structure = out.structure.size();

@@ -14,8 +14,9 @@
 //   modules      M<N> a torch.nn.Module passed as an argument itself (not inside a container),
 //                by identity (number N in arg_objects.h's table of weak references); no leaf
 //   keywords     after the positional part, each as ";name=" then its value's code
-//   settings     "@dtype.det" last, when a global setting differs from its default
-//                (flatten.cpp: append_global_state)
+//   settings     "@dtype.det" last, when a global setting differs from its default, and
+//                "@dtype.det.cpu.cuda" under torch.autocast (1 + the dtype it casts to per device,
+//                0 where it is off) (flatten.cpp: append_global_state)
 // e.g. f(x, (y, z), 3, {"k": k}, scale=0.5) -> "T(TT)i{k=T};scale=f". The same string is computed for
 // the Python capture path through describe_args(), so the compiled guards and the hot path cannot
 // disagree.
@@ -50,6 +51,9 @@ struct FlatArgs {
 
 // Returns false (with out.unsupported set) if an argument cannot be described natively.
 bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, FlatArgs& out);
+
+// Whether torch.autocast is on for some device in this thread (its keys not excluded as by default).
+bool autocast_enabled();
 
 // The call the guards read: the flattened leaves (borrowed from `flat`) and the current grad mode.
 trd_call make_call(const FlatArgs& flat);

@@ -11,6 +11,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -167,6 +168,11 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
   {
     std::optional<at::AutoDispatchBelowAutograd> below_autograd;
     if (f.below_autograd) below_autograd.emplace();
+    // A spec selected under torch.autocast was traced under it: its program holds autocast's casts
+    // as ops, and one it ran with autocast off (a region of `autocast(enabled=False)`) would be
+    // cast again by the dispatcher.
+    std::optional<c10::impl::ExcludeDispatchKeyGuard> without_autocast;
+    if (autocast_enabled()) without_autocast.emplace(c10::autocast_dispatch_keyset);
     const int graphed = run_graphed(*st, mod, spec, f, flat, state, out_ints.data());
     ok = graphed > 0 || (graphed == 0 && mod.run(spec, f, flat.leaves.data(), out_ints.data()));
   }

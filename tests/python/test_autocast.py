@@ -1,6 +1,7 @@
-"""Calls under torch.autocast run the original function eagerly, with a warning (once) that says why, in
-either order with compiled calls: a specialization traced with autocast bakes its casts in, and one
-traced without it has typed paths autocast would not see."""
+"""Calls under torch.autocast run natively, each autocast setting (on or off, the dtype it casts to)
+with specializations of its own: a capture traced under autocast holds its casts as ops, and its
+program runs with autocast's keys excluded, so a region the function runs with autocast disabled
+keeps its precision. On the CPU (CPU autocast), against eager under the same autocast."""
 import warnings
 
 import pytest
@@ -13,23 +14,111 @@ def mm(a, b):
     return torch.mm(a, b)
 
 
+def _equal(got, want):
+    return got.dtype == want.dtype and torch.equal(got, want)
+
+
 @pytest.mark.parametrize("autocast_first", [True, False])
-def test_autocast_calls_run_eagerly_and_plain_calls_stay_compiled(autocast_first):
+def test_calls_under_autocast_run_natively_beside_plain_calls(autocast_first):
     fast = trident.compile(mm)
     a, b = torch.randn(4, 4), torch.randn(4, 4)
-    order = (True, False, True) if autocast_first else (False, True, False)
-    said = []
-    for under in order:
-        if under:
-            with torch.autocast("cpu", dtype=torch.bfloat16), warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                got = fast(a, b)
-            said += [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                want = mm(a, b)
-        else:
-            got, want = fast(a, b), mm(a, b)
-        assert got.dtype == want.dtype and torch.equal(got, want), under
-    assert len(said) == 1 and "torch.autocast is enabled" in said[0], said
+    order = (True, False, True, False) if autocast_first else (False, True, False, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # nothing runs eagerly, nothing said
+        for under in order:
+            if under:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    got, want = fast(a, b), mm(a, b)
+                assert want.dtype == torch.bfloat16
+            else:
+                got, want = fast(a, b), mm(a, b)
+            assert _equal(got, want), under
     c = trident.counters(fast)
-    assert c["specializations"] == 1 and c["fallbacks"] == order.count(True), c
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (2, 2, 0), c
+
+
+def test_each_autocast_dtype_has_its_own_specialization():
+    fast = trident.compile(mm)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    for _ in range(2):
+        for dtype in (torch.bfloat16, torch.float16):
+            with torch.autocast("cpu", dtype=dtype):
+                got, want = fast(a, b), mm(a, b)
+            assert want.dtype == dtype and _equal(got, want), dtype
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"]) == (2, 2, 0), c
+
+
+def mixed(a, b):
+    low = torch.mm(a, b)
+    with torch.autocast("cpu", enabled=False):  # as transformers' rotary embedding forces float32
+        full = torch.mm(a.float(), b.float())
+    return low.float() + full, low, full
+
+
+def test_a_region_with_autocast_disabled_keeps_float32():
+    """The capture holds the region's float32 matmul as a float32 mm; run with autocast's keys
+    left on, the dispatcher would cast it to bfloat16 again."""
+    fast = trident.compile(mixed)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = fast(a, b), mixed(a, b)
+        assert [w.dtype for w in want] == [torch.float32, torch.bfloat16, torch.float32]
+        assert all(_equal(g, w) for g, w in zip(got, want))
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c
+
+
+def test_backend_trident_under_autocast_keeps_the_disabled_region():
+    """torch.compile(backend="trident"): AOTAutograd's graph is traced under the caller's autocast
+    and Dynamo guards on it; the native program it lowers to runs with autocast's keys excluded."""
+    fast = torch.compile(mixed, backend="trident")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    for under in (True, True, False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=under):
+            got, want = fast(a, b), mixed(a, b)
+        assert all(_equal(g, w) for g, w in zip(got, want)), under
+
+
+def test_autocast_state_inside_a_call_is_as_the_caller_left_it():
+    """The exclusion is for the native run alone: after a hit, autocast is on again for the caller."""
+    fast = trident.compile(mm)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(2):
+            fast(a, b)
+            assert torch.is_autocast_enabled("cpu") and torch.mm(a, b).dtype == torch.bfloat16
+    assert not torch.is_autocast_enabled("cpu")
+    assert trident.counters(fast)["hits"] == 1
+
+
+def test_a_float32_model_under_autocast_generates_eagers_tokens():
+    """A float32 Llama called the way mixed-precision users call it: generate() under
+    torch.autocast(bfloat16), with transformers' own rotary embedding (its float32 region) and
+    cache, against eager generate() under the same autocast."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
+    kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model.generate(ids, **kw)
+    eager_forward = model.forward
+    model.forward = fast = trident.compile(eager_forward)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            for _ in range(2):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    got = model.generate(ids, **kw)
+                assert torch.equal(got.sequences, want.sequences)
+                assert all(_equal(g, w) for g, w in zip(got.logits, want.logits))
+    finally:
+        model.forward = eager_forward
+    c = trident.counters(fast)
+    assert c["fallbacks"] == 0 and c["split_calls"] == 0, c
+    assert c["specializations"] <= 3 and c["hits"] >= 2 * 8 - c["specializations"] - 1, c

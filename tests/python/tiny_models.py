@@ -3,12 +3,13 @@ test spends its time in trident's host path, not in the model, and no weights ar
 import torch
 
 
-def tiny_cuda_llama():
-    """A 2-layer bf16 Llama on CUDA with sdpa attention and seed 0, in eval mode: (config, model)."""
+def tiny_cuda_llama(dtype=torch.bfloat16):
+    """A 2-layer Llama on CUDA (bf16 unless told) with sdpa attention and seed 0, in eval mode:
+    (config, model)."""
     import transformers
 
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    return cfg, transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    return cfg, transformers.LlamaForCausalLM(cfg).cuda().to(dtype).eval()

@@ -71,11 +71,40 @@ def spec_in_words(text: str, names: list[str] | None) -> list[str]:
         relations.append(e)
 
     out = [] if grad is None else [f"grad mode {'on' if grad else 'off'}"]
+    out += settings_in_words(text)
     for k in sorted(leaves):
         out.append(_leaf_text(name(k), leaves[k]))
     for var, (low, high) in bounds.items():
         out.append(f"{var} in [{'-inf' if low is None else low}, {'inf' if high is None else high})")
     out += sorted(set(relations)) + overlaps
+    return out
+
+
+_STRUCTURE = re.compile(r'^\s*spec \d+ structure "((?:[^"\\]|\\.)*)"', re.M)
+
+
+def settings_in_words(text: str) -> list[str]:
+    """The global settings a specialization serves (its structure string's "@dtype.det[.cpu.cuda]"
+    suffix, python/bindings/flatten.h), as readable lines; none at the defaults."""
+    from .lowering import hir
+    m = _STRUCTURE.search(text)
+    structure, k = (hir.unquote(m.group(1)) if m else b""), 0
+    while k < len(structure) and structure[k:k + 1] != b"@":
+        if structure[k:k + 1] == b"s" and structure[k + 1:k + 2].isdigit():  # a str, by its length
+            colon = structure.index(b":", k)
+            k = colon + 1 + int(structure[k + 1:colon])
+        else:
+            k += 1
+    if k >= len(structure):
+        return []
+    dtype, det, *autocast = (int(x) for x in structure[k + 1:].split(b"."))
+    names = dtype_names()
+    out = [] if names.get(dtype) == "float32" else [f"default dtype {names.get(dtype, dtype)}"]
+    if det:
+        out.append("deterministic algorithms on" + (", filling new memory" if det == 2 else ""))
+    for device, code in zip(("cpu", "cuda"), autocast):
+        if code:
+            out.append(f"under torch.autocast({device}, {names.get(code - 1, code - 1)})")
     return out
 
 

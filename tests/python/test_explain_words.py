@@ -54,3 +54,32 @@ def test_the_words_of_a_host_ir_text():
     assert words == ["grad mode off", "y: bfloat16 tensor on cuda:0, shape (*, 64), strides (64, 1)",
                      "flag is True", "opt is None", "y.size(0) in [2, 4097)"]
     assert spec_in_words(text, None)[1].startswith("L0: bfloat16 tensor")
+
+
+def test_global_settings_a_specialization_serves_are_said():
+    """The structure string's settings suffix in words: the default dtype, deterministic algorithms
+    and torch.autocast, none at the defaults; a str argument that looks like the suffix is an argument."""
+    def f(x, tag: str):
+        return torch.ones(2) + x.sum()
+
+    fast = trident.compile(f)
+    x = torch.randn(4)
+    fast(x, "@7.1")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        fast(x, "a")
+    finally:
+        torch.set_default_dtype(previous)
+    torch.use_deterministic_algorithms(True)
+    try:
+        fast(x, "a")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fast(x, "a")
+    plain, wide, det, autocast = served_lines(fast)
+    assert "default dtype" not in plain and "deterministic" not in plain and "autocast" not in plain
+    assert "default dtype float64" in wide and "deterministic" not in wide
+    assert "deterministic algorithms on" in det and "default dtype" not in det
+    assert "under torch.autocast(cpu, bfloat16)" in autocast and "deterministic" not in autocast

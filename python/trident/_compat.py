@@ -965,6 +965,55 @@ def _install_tensor_branches() -> bool:
     return True
 
 
+# Strict export's pre-dispatch trace runs Dynamo's graph, in which an autocast region of the function
+# (`with torch.autocast(...)`, a model's `autocast(enabled=False)` around its rotary embedding) is a
+# call of torch.amp._enter_autocast and one of _exit_autocast. PreDispatchTorchFunctionMode records
+# both as nodes but enters nothing (torch/fx/experimental/proxy_tensor.py: "the python APIs run so we
+# don't have to run them again", true of non-strict export only), so the ops in the region get the
+# dtypes of the autocast state around the call: under a caller's autocast, a float32 region's result
+# is bfloat16 there, export checks that dtype where `.to()` reads it, and run_decompositions, whose
+# wrap_with_autocast does enter the region, fails that check; without one, a bfloat16 region's
+# `.float()` looks like a no-op and its result is taken for its input. During trident's capture the
+# region is entered for real beside its enter node, and left beside its exit node. A call from
+# non-strict export, where the user's own torch.autocast.__enter__ has already set the state, and a
+# region that changes nothing go to the mode as before. torch 2.11 to 2.13.
+@dataclasses.dataclass
+class _EnteredRegion:
+    node: object                    # the enter node the mode recorded
+    region: torch.amp.autocast      # entered for real; exited with the exit node
+
+
+def _install_autocast_regions() -> bool:
+    try:
+        from torch.fx.experimental.proxy_tensor import PreDispatchTorchFunctionMode
+        from torch.amp import autocast_mode
+        orig = PreDispatchTorchFunctionMode.__torch_function__
+    except (ImportError, AttributeError):
+        return False
+    if getattr(orig, "_trident_regions", False):
+        return True
+
+    def already(device, dtype, enabled) -> bool:
+        return torch.is_autocast_enabled(device) == bool(enabled) and (
+            not enabled or dtype is None or torch.get_autocast_dtype(device) == dtype)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(_capture, "active", False):
+            if func is autocast_mode._enter_autocast and len(args) >= 3 and not already(*args[:3]):
+                node = orig(self, func, types, args, kwargs)  # the region's enter node, as before
+                region = torch.amp.autocast(*args)
+                region.__enter__()  # the mode is off inside its own handler: this records nothing
+                return _EnteredRegion(node, region)
+            if func is autocast_mode._exit_autocast and args and isinstance(args[0], _EnteredRegion):
+                args[0].region.__exit__(None, None, None)
+                return orig(self, func, types, (args[0].node,), kwargs)
+        return orig(self, func, types, args, kwargs)
+
+    __torch_function__._trident_regions = True
+    PreDispatchTorchFunctionMode.__torch_function__ = __torch_function__
+    return True
+
+
 _install_lock = threading.Lock()
 
 
@@ -975,8 +1024,9 @@ def capturing():
     symbolic int indices, Triton launches with num_ctas or defaulted constexprs, its mutation
     analysis kept per kernel and arguments, export's guard code where input paths share a prefix
     (installed for good: it changes only code that did not compile), (during
-    export_program) a record of the graphs Dynamo installs as globals, and libraries' eager
-    branches where they ask whether they are traced (library_traces.py)."""
+    export_program) a record of the graphs Dynamo installs as globals, libraries' eager
+    branches where they ask whether they are traced (library_traces.py), and autocast regions
+    entered while export's pre-dispatch trace runs them (_install_autocast_regions)."""
     from .library_traces import eager_decisions
     with _install_lock:
         _install_real_value_alias()
@@ -990,6 +1040,7 @@ def capturing():
         _install_float_pow_fix()
         _install_unbacked_constraints_fix()
         _install_global_recorder()
+        _install_autocast_regions()
     prev = getattr(_capture, "active", False)
     _capture.active = True
     try:

@@ -1,7 +1,9 @@
 """Calls under torch.autocast run natively, each autocast setting (on or off, the dtype it casts to)
 with specializations of its own: a capture traced under autocast holds its casts as ops, and its
 program runs with autocast's keys excluded, so a region the function runs with autocast disabled
-keeps its precision. On the CPU (CPU autocast), against eager under the same autocast."""
+keeps its precision. Autocast regions inside the function are entered while export traces them
+(_compat._install_autocast_regions). On the CPU (CPU autocast), against eager under the same
+autocast."""
 import warnings
 
 import pytest
@@ -65,6 +67,47 @@ def test_a_region_with_autocast_disabled_keeps_float32():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             got, want = fast(a, b), mixed(a, b)
         assert [w.dtype for w in want] == [torch.float32, torch.bfloat16, torch.float32]
+        assert all(_equal(g, w) for g, w in zip(got, want))
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c
+
+
+def rotary(x, inv_freq, pos):
+    """transformers' rotary embedding: float32 inside `autocast(enabled=False)`, then cast to the
+    dtype of x, which under autocast export had taken for bfloat16 (its check then failed)."""
+    with torch.autocast("cpu", enabled=False):
+        freqs = (inv_freq.float() @ pos.float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * 1.0
+    return cos.to(dtype=x.dtype), x * 2
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16])
+def test_a_float32_region_cast_to_an_arguments_dtype_under_autocast(x_dtype):
+    fast = trident.compile(rotary)
+    x, inv_freq, pos = torch.randn(2, 3, dtype=x_dtype), torch.randn(1, 4, 1), torch.arange(5.0).view(1, 1, 5)
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = fast(x, inv_freq, pos), rotary(x, inv_freq, pos)
+        assert want[0].dtype == x_dtype and all(_equal(g, w) for g, w in zip(got, want))
+    c = trident.counters(fast)
+    assert (c["specializations"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c
+
+
+def bf16_inside(a, b):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = a @ b
+    return y, y.float(), y.float() * 2
+
+
+def test_an_autocast_region_inside_the_function_compiles_as_one_program():
+    """Without autocast around the call, a region the function enters itself: export had taken
+    its bfloat16 result for float32 (and its `.float()` for the same tensor), so the call split."""
+    fast = trident.compile(bf16_inside)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    for _ in range(3):
+        got, want = fast(a, b), bf16_inside(a, b)
+        assert [w.dtype for w in want] == [torch.bfloat16, torch.float32, torch.float32]
         assert all(_equal(g, w) for g, w in zip(got, want))
     c = trident.counters(fast)
     assert (c["specializations"], c["hits"], c["fallbacks"], c["split_calls"]) == (1, 2, 0, 0), c

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import trident
+from tiny_models import tiny_cpu_llama
 
 
 def mm(a, b):
@@ -140,12 +141,8 @@ def test_a_float32_model_under_autocast_generates_eagers_tokens():
     """A float32 Llama called the way mixed-precision users call it: generate() under
     torch.autocast(bfloat16), with transformers' own rotary embedding (its float32 region) and
     cache, against eager generate() under the same autocast."""
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   pad_token_id=0)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    pytest.importorskip("transformers")
+    cfg, model = tiny_cpu_llama()
     ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
     kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):

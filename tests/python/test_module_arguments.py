@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import trident
+from tiny_models import tiny_cpu_llama
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # transformers' renamed cache argument
 
@@ -123,13 +124,9 @@ def test_module_argument_specializations_are_not_saved_to_disk(tmp_path):
 def test_a_transformers_decode_step_taking_the_model_as_an_argument():
     """`step(model, ids, cache)`, as a decode loop is often written: every step native, logits and
     the cache equal eager's over a StaticCache."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from transformers import StaticCache
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   pad_token_id=0)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    cfg, model = tiny_cpu_llama()
 
     def step(model, ids, cache):
         return model(input_ids=ids, past_key_values=cache, use_cache=True).logits

@@ -20,7 +20,7 @@ import weakref
 import torch
 import torch.utils._pytree as pytree
 
-from . import _C, _compat, aliasing, arg_objects, python_kernels
+from . import _C, _compat, aliasing, arg_objects, autocast_weights, python_kernels
 from .config import Options
 from .errors import CaptureRaisedError, MissPolicyError, UnsupportedError
 from .lowering import triton_specialize
@@ -1231,6 +1231,8 @@ class CompiledFunction:
             # can assume a range the example is outside of): the caller captures statically instead.
             raise UnsupportedError(f"{self.name}: the symbolic capture does not accept its own example ({why})")
         self._captures[key] = ep
+        if autocast_weights.autocast_enabled() and (said := autocast_weights.note(ep)):
+            self._warn_once(said)
         return lowered
 
     def _stopped_in_own_file(self, e: Exception) -> bool:

@@ -150,8 +150,8 @@ def test_a_float32_model_under_autocast_generates_eagers_tokens():
     eager_forward = model.forward
     model.forward = fast = trident.compile(eager_forward)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             for _ in range(2):
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     got = model.generate(ids, **kw)
@@ -159,6 +159,36 @@ def test_a_float32_model_under_autocast_generates_eagers_tokens():
                 assert all(_equal(g, w) for g, w in zip(got.logits, want.logits))
     finally:
         model.forward = eager_forward
+    # nothing ran eagerly; said once: the 15 weight matrices (7 per layer and the head) cast every call
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "casts 15 parameters to bfloat16 on every call" in said[0], said
     c = trident.counters(fast)
     assert c["fallbacks"] == 0 and c["split_calls"] == 0, c
     assert c["specializations"] <= 3 and c["hits"] >= 2 * 8 - c["specializations"] - 1, c
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_parameters_cast_on_every_call_are_said_once(dtype):
+    """Eager autocast casts a float32 weight once per autocast region (its weight cache); the
+    captured program casts it on every call, which trident says once. A model already in the
+    autocast dtype casts nothing and is told nothing."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 32).to(dtype)
+    fast = trident.compile(lin)
+    x = torch.randn(4, 64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got, want = fast(x), lin(x)
+            assert _equal(got, want)
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if dtype == torch.float32:  # the weight and the bias: 64*32*6 + 32*6 bytes
+        assert said == ["trident: Linear: under torch.autocast, this program casts 2 parameters to bfloat16 on "
+                        "every call (12.2 KiB read and written), where eager's autocast casts each once per "
+                        "autocast region; a model converted to that dtype (model.to(torch.bfloat16)) skips the "
+                        "casts"], said
+        assert any("casts 2 parameters" in line for line in trident.explain(fast).splitlines()
+                   if line.strip().startswith("said once"))
+    else:
+        assert said == [], said

@@ -35,8 +35,8 @@ def test_a_float32_llama_generates_under_cuda_autocast_natively():
     eager_forward = model.forward
     model.forward = fast = trident.compile(eager_forward)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # nothing runs eagerly, nothing said
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             for autocast in (True, False, True, False):
                 got = _generate(model, ids, autocast)
                 assert torch.equal(got.sequences, want[autocast].sequences), autocast
@@ -44,6 +44,9 @@ def test_a_float32_llama_generates_under_cuda_autocast_natively():
                     assert g.dtype == w.dtype and torch.equal(g, w), autocast
     finally:
         model.forward = eager_forward
+    # nothing ran eagerly; said once: the 15 weight matrices (7 per layer and the head) cast every call
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "casts 15 parameters to bfloat16 on every call" in said[0], said
     c = trident.counters(fast)
     assert c["fallbacks"] == 0 and c["split_calls"] == 0, c
     # prefill, decode and decode with its length symbolic, with autocast and without

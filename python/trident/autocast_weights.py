@@ -1,0 +1,46 @@
+"""What a capture made under torch.autocast casts on every call: the parameters autocast converts
+to its dtype (a float32 model's weights before each matmul). Eager autocast casts each such
+parameter once per autocast region and keeps the copy (its weight cache: leaf tensors that require
+grad); the captured program holds the cast as an op, so a native call reads the float32 weight
+and writes the copy again every time. trident says so once (compiled.py), with what to do."""
+from __future__ import annotations
+
+import torch
+
+_TO_COPY = torch.ops.aten._to_copy.default
+
+
+def autocast_enabled() -> bool:
+    """Whether the calling thread runs under torch.autocast for the CPU or CUDA."""
+    return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+
+
+def recast_parameters(ep) -> tuple[int, int]:
+    """(how many, bytes read and written) of the parameters `ep` casts to another dtype on every
+    call: the ones eager autocast's weight cache would cast once (they require grad)."""
+    params = ep.graph_signature.inputs_to_parameters
+    count = moved = 0
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in params:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not val.requires_grad:
+            continue
+        casts = [u for u in node.users if u.target is _TO_COPY and u.kwargs.get("dtype") not in (None, val.dtype)]
+        if casts:
+            count += 1
+            moved += val.numel() * (val.element_size() + casts[0].kwargs["dtype"].itemsize) * len(casts)
+    return count, moved
+
+
+def note(ep) -> str:
+    """The one-time note for a capture under autocast that recasts parameters every call; "" when
+    it recasts none."""
+    count, moved = recast_parameters(ep)
+    if not count:
+        return ""
+    dtype = next(torch.get_autocast_dtype(d) for d in ("cuda", "cpu") if torch.is_autocast_enabled(d))
+    size = f"{moved / 2**20:.1f} MiB" if moved >= 2**20 else f"{moved / 2**10:.1f} KiB"
+    return (f"under torch.autocast, this program casts {count} parameters to {str(dtype).replace('torch.', '')} "
+            f"on every call ({size} read and written), where eager's autocast casts each once "
+            f"per autocast region; a model converted to that dtype (model.to({dtype})) skips the casts")

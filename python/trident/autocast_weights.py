@@ -16,20 +16,24 @@ def autocast_enabled() -> bool:
 
 
 def recast_parameters(ep) -> tuple[int, int]:
-    """(how many, bytes read and written) of the parameters `ep` casts to another dtype on every
-    call: the ones eager autocast's weight cache would cast once (they require grad)."""
+    """(how many, bytes read and written) of the parameters `ep` casts on every call where eager
+    autocast's weight cache would cast once: float32 parameters that require grad, cast to the
+    autocast dtype of their device (as the cache's own condition reads; a model's own `.float()`
+    of a weight is cast every call in eager too)."""
     params = ep.graph_signature.inputs_to_parameters
     count = moved = 0
     for node in ep.graph.nodes:
         if node.op != "placeholder" or node.name not in params:
             continue
         val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or not val.requires_grad:
+        if not (isinstance(val, torch.Tensor) and val.requires_grad and val.dtype == torch.float32
+                and val.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(val.device.type)):
             continue
-        casts = [u for u in node.users if u.target is _TO_COPY and u.kwargs.get("dtype") not in (None, val.dtype)]
+        low = torch.get_autocast_dtype(val.device.type)
+        casts = sum(1 for u in node.users if u.target is _TO_COPY and u.kwargs.get("dtype") == low)
         if casts:
             count += 1
-            moved += val.numel() * (val.element_size() + casts[0].kwargs["dtype"].itemsize) * len(casts)
+            moved += val.numel() * (val.element_size() + low.itemsize) * casts
     return count, moved
 
 

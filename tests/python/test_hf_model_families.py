@@ -104,3 +104,26 @@ def test_beam_search(cache):
     kw = {"cache_implementation": cache} if cache else {}
     c = _generate_both_ways(_model("llama"), 2, do_sample=False, num_beams=2, **kw)
     assert c["hits"] >= 2 * 8 - 4, c
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gemma2", "phi3", "deepseek_v3"])
+def test_generate_of_a_float32_model_under_cpu_autocast(name):
+    """Mixed precision as users write it, `with torch.autocast("cpu", dtype=torch.bfloat16):
+    model.generate(...)` on a float32 model, across learned positions, soft-capping, fused QKV and
+    latent attention with MoE: eager's tokens and logits (bfloat16 where autocast makes them), every
+    forward native; the one thing said is that float32 weights are cast on every call."""
+    model = _model(name)
+    ids = torch.randint(2, 90, (1, 5), generator=torch.Generator().manual_seed(2))
+    kw = dict(max_new_tokens=8, min_new_tokens=8, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model.generate(ids, disable_compile=True, **kw)
+        with _forward_compiled(model) as fast, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = [model.generate(ids, **kw) for _ in range(2)]
+            c = trident.counters(fast)
+    for g in got:
+        assert torch.equal(g.sequences, want.sequences)
+        assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(g.logits, want.logits))
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "parameters to bfloat16 on every call" in said[0], said
+    assert (c["fallbacks"], c["split_calls"]) == (0, 0) and c["hits"] >= 2 * 8 - c["specializations"] - 1, c

@@ -147,18 +147,14 @@ def test_a_float32_model_under_autocast_generates_eagers_tokens():
     kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         want = model.generate(ids, **kw)
-    eager_forward = model.forward
-    model.forward = fast = trident.compile(eager_forward)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for _ in range(2):
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    got = model.generate(ids, **kw)
-                assert torch.equal(got.sequences, want.sequences)
-                assert all(_equal(g, w) for g, w in zip(got.logits, want.logits))
-    finally:
-        model.forward = eager_forward
+    from test_hf_caches import _forward_compiled
+    with _forward_compiled(model) as fast, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = model.generate(ids, **kw)
+            assert torch.equal(got.sequences, want.sequences)
+            assert all(_equal(g, w) for g, w in zip(got.logits, want.logits))
     # nothing ran eagerly; said once: the 15 weight matrices (7 per layer and the head) cast every call
     said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(said) == 1 and "casts 15 parameters to bfloat16 on every call" in said[0], said

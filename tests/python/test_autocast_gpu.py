@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import trident
+from test_hf_caches import _forward_compiled
 from tiny_models import tiny_cuda_llama
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::FutureWarning")]
@@ -32,18 +33,13 @@ def test_a_float32_llama_generates_under_cuda_autocast_natively():
     cfg, model = tiny_cuda_llama(torch.float32)
     ids = torch.randint(1, cfg.vocab_size, (1, 7), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
     want = {a: _generate(model, ids, a) for a in (True, False)}
-    eager_forward = model.forward
-    model.forward = fast = trident.compile(eager_forward)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for autocast in (True, False, True, False):
-                got = _generate(model, ids, autocast)
-                assert torch.equal(got.sequences, want[autocast].sequences), autocast
-                for g, w in zip(got.logits, want[autocast].logits):
-                    assert g.dtype == w.dtype and torch.equal(g, w), autocast
-    finally:
-        model.forward = eager_forward
+    with _forward_compiled(model) as fast, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for autocast in (True, False, True, False):
+            got = _generate(model, ids, autocast)
+            assert torch.equal(got.sequences, want[autocast].sequences), autocast
+            for g, w in zip(got.logits, want[autocast].logits):
+                assert g.dtype == w.dtype and torch.equal(g, w), autocast
     # nothing ran eagerly; said once: the 15 weight matrices (7 per layer and the head) cast every call
     said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(said) == 1 and "casts 15 parameters to bfloat16 on every call" in said[0], said

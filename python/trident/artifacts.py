@@ -38,7 +38,7 @@ import types
 
 import torch
 
-from . import _C, arg_objects, object_table, python_kernels
+from . import _C, arg_objects, object_table, python_kernels, structure_text
 from .lowering import hir
 
 MAGIC = b"TRIDENT-SPECS\n"
@@ -46,7 +46,6 @@ MAX_HASHED_ELEMENTS = 1 << 16  # a tensor the code reads outside module state, h
 FORMAT = 1
 _CUBIN_PATH = re.compile(r'"([^"\\]*\.cubin)"')
 _OBJECT_NUMBER = re.compile(r"\b(pyref|object)\((\d+)\)")
-_STRUCTURE_LINE = re.compile(r'^(\s*spec \d+ structure )"((?:[^"\\]|\\.)*)"', re.M)
 _OVERLAP_GUARD = re.compile(r'guard expr "no_overlap\(([^"]*)\)"')
 
 
@@ -233,42 +232,17 @@ def _object_entry(obj) -> dict:
 def _structure_objects(structure: bytes, number) -> bytes:
     """A structure string (flatten.h) with each object number in it, `<N{` and `<N(` a registered
     class's and `c<N>`/`e<N>` a class's or enum member's (process-local: another process numbers its objects
-    in another order), replaced by `@obj:J` through number(N, registered). Names (after ';', and
-    after '{' or ',' up to '=') and str constants (`s<len>:` then len bytes) are copied as they are,
-    so no user text is read as a code."""
-    out, k, n = bytearray(), 0, len(structure)
-
-    def digits(at: int) -> int:
-        end = at
-        while end < n and 0x30 <= structure[end] <= 0x39:
-            end += 1
-        return end
-
-    while k < n:
-        ch = structure[k:k + 1]
-        if ch == b";" or (ch in (b"{", b",") and structure[k + 1:k + 2] not in (b"}", b"")):
-            end = structure.index(b"=", k)  # a keyword's, dict key's or attribute's name
-            out += structure[k:end + 1]
-            k = end + 1
-        elif ch == b"s" and structure[k + 1:k + 2].isdigit():
-            colon = structure.index(b":", k)
-            end = colon + 1 + int(structure[k + 1:colon])
-            out += structure[k:end]
-            k = end
-        elif ch in (b"c", b"e") and structure[k + 1:k + 2].isdigit():
-            end = digits(k + 1)
-            out += ch + b"@obj:%d" % number(int(structure[k + 1:end]), False)
-            k = end
-        elif ch == b"<" and structure[k + 1:k + 2].isdigit():
-            end = digits(k + 1)
-            out += b"<@obj:%d" % number(int(structure[k + 1:end]), True)
-            k = end
-        elif ch == b"@":  # the global settings suffix: numbers that are the same in every process
-            out += structure[k:]
-            k = n
+    in another order), replaced by `@obj:J` through number(N, registered). Names and str constants
+    are copied as they are (structure_text.pieces), so no user text is read as a code; the settings
+    suffix too (numbers that are the same in every process)."""
+    out = bytearray()
+    for kind, text, n in structure_text.pieces(structure):
+        if kind == "object":
+            out += text[:1] + b"@obj:%d" % number(n, False)
+        elif kind == "class":
+            out += b"<@obj:%d" % number(n, True)
         else:
-            out += ch
-            k += 1
+            out += text
     return bytes(out)
 
 
@@ -307,7 +281,7 @@ def _placeholders(text: str, state_extents: dict, objects: dict, cubins: set, fl
 
     text = _CUBIN_PATH.sub(cubin, text)
     text = _OBJECT_NUMBER.sub(lambda m: f"{m.group(1)}(@obj:{number(int(m.group(2)), False)})", text)
-    text = _STRUCTURE_LINE.sub(
+    text = structure_text.STRUCTURE_LINE.sub(
         lambda m: m.group(1) + hir.quote(_structure_objects(hir.unquote(m.group(2)), number).decode(
             "utf-8", "surrogatepass")), text)
 

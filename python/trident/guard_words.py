@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from . import _C
+from . import _C, structure_text
 
 _LEAF_GUARD = re.compile(r"^guard L(\d+)\.(\w+)(?:\[(\d+)\])? == (.+)$")
 _FIELD = re.compile(r"L(\d+)\.(\w+)(?:\[(\d+)\])?")
@@ -80,24 +80,13 @@ def spec_in_words(text: str, names: list[str] | None) -> list[str]:
     return out
 
 
-_STRUCTURE = re.compile(r'^\s*spec \d+ structure "((?:[^"\\]|\\.)*)"', re.M)
-
-
 def settings_in_words(text: str) -> list[str]:
     """The global settings a specialization serves (its structure string's "@dtype.det[.cpu.cuda]"
     suffix, python/bindings/flatten.h), as readable lines; none at the defaults."""
-    from .lowering import hir
-    m = _STRUCTURE.search(text)
-    structure, k = (hir.unquote(m.group(1)) if m else b""), 0
-    while k < len(structure) and structure[k:k + 1] != b"@":
-        if structure[k:k + 1] == b"s" and structure[k + 1:k + 2].isdigit():  # a str, by its length
-            colon = structure.index(b":", k)
-            k = colon + 1 + int(structure[k + 1:colon])
-        else:
-            k += 1
-    if k >= len(structure):
+    numbers = structure_text.settings(text)
+    if not numbers:
         return []
-    dtype, det, *autocast = (int(x) for x in structure[k + 1:].split(b"."))
+    dtype, det, *autocast = numbers
     names = dtype_names()
     out = [] if names.get(dtype) == "float32" else [f"default dtype {names.get(dtype, dtype)}"]
     if det:

@@ -83,3 +83,19 @@ def test_global_settings_a_specialization_serves_are_said():
     assert "default dtype float64" in wide and "deterministic" not in wide
     assert "deterministic algorithms on" in det and "default dtype" not in det
     assert "under torch.autocast(cpu, bfloat16)" in autocast and "deterministic" not in autocast
+
+
+def test_settings_are_read_past_keyword_names_that_look_like_codes():
+    """A keyword named like a str code (`s2`) is a name, not a constant's length."""
+    def f(x, s2):
+        return torch.ones(2) + x.sum() + s2
+
+    fast = trident.compile(f)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        fast(torch.randn(4), s2=torch.ones(2))
+    finally:
+        torch.set_default_dtype(previous)
+    (line,) = served_lines(fast)
+    assert "default dtype float64" in line and "s2: float64 tensor" in line

@@ -325,7 +325,6 @@ struct AutocastState {
 
 AutocastState autocast_state() {
   AutocastState a;
-  if (!autocast_enabled()) return a;  // the common case: one TLS read
   const c10::DispatchKeySet changed =
       (c10::impl::tls_local_dispatch_key_set().excluded_ ^ c10::default_excluded_set) & c10::autocast_dispatch_keyset;
   for (c10::DispatchKey k : changed) {
@@ -363,11 +362,6 @@ void append_global_state(std::string& structure, const AutocastState& autocast) 
 }
 
 }  // namespace
-
-bool autocast_enabled() {
-  const c10::DispatchKeySet keys = c10::autocast_dispatch_keyset;
-  return ((c10::impl::tls_local_dispatch_key_set().excluded_ ^ c10::default_excluded_set) & keys) != c10::DispatchKeySet();
-}
 
 trd_call make_call(const FlatArgs& flat) {
   trd_call c;
@@ -413,6 +407,7 @@ bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Fl
                       "compile for";
     return false;
   }
+  out.autocast = autocast.on();
   // A TorchFunctionMode (torch.set_default_device, `with torch.device(...)`, a user's mode) would
   // see every torch call of an eager run; a native run bypasses Python, so such calls run eagerly.
   if (at::impl::PythonTorchFunctionTLS::stack_len() > 0) {

@@ -45,15 +45,13 @@ struct FlatArgs {
   // what an output tree's node(K) and update(K) name.
   c10::SmallVector<PyObject*, 8> nodes;
   std::string structure;
+  bool autocast = false;    // the call runs under torch.autocast (the settings suffix says how)
   std::string unsupported;  // set when flattening failed: "argument 2.layers[0]: dict is not supported"
   std::string where;        // while failing: the path below the argument (".layers[0]")
 };
 
 // Returns false (with out.unsupported set) if an argument cannot be described natively.
 bool flatten_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, FlatArgs& out);
-
-// Whether torch.autocast is on for some device in this thread (its keys not excluded as by default).
-bool autocast_enabled();
 
 // The call the guards read: the flattened leaves (borrowed from `flat`) and the current grad mode.
 trd_call make_call(const FlatArgs& flat);

@@ -172,7 +172,7 @@ PyObject* run_spec(ScmObject* self, const runtime::LoadedModule& mod, int32_t sp
     // as ops, and one it ran with autocast off (a region of `autocast(enabled=False)`) would be
     // cast again by the dispatcher.
     std::optional<c10::impl::ExcludeDispatchKeyGuard> without_autocast;
-    if (autocast_enabled()) without_autocast.emplace(c10::autocast_dispatch_keyset);
+    if (flat.autocast) without_autocast.emplace(c10::autocast_dispatch_keyset);
     const int graphed = run_graphed(*st, mod, spec, f, flat, state, out_ints.data());
     ok = graphed > 0 || (graphed == 0 && mod.run(spec, f, flat.leaves.data(), out_ints.data()));
   }

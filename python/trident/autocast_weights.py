@@ -10,18 +10,14 @@ import torch
 _TO_COPY = torch.ops.aten._to_copy.default
 
 
-def autocast_enabled() -> bool:
-    """Whether the calling thread runs under torch.autocast for the CPU or CUDA."""
-    return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
-
-
-def recast_parameters(ep) -> tuple[int, int]:
-    """(how many, bytes read and written) of the parameters `ep` casts on every call where eager
-    autocast's weight cache would cast once: float32 parameters that require grad, cast to the
-    autocast dtype of their device (as the cache's own condition reads; a model's own `.float()`
-    of a weight is cast every call in eager too)."""
+def recast_parameters(ep) -> tuple[int, int, torch.dtype | None]:
+    """(how many, bytes read and written, the dtype cast to) of the parameters `ep` casts on every
+    call where eager autocast's weight cache would cast once: float32 parameters that require grad,
+    cast to the autocast dtype of their device (as the cache's own condition reads; a model's own
+    `.float()` of a weight is cast every call in eager too). Nothing outside torch.autocast."""
     params = ep.graph_signature.inputs_to_parameters
     count = moved = 0
+    low = None
     for node in ep.graph.nodes:
         if node.op != "placeholder" or node.name not in params:
             continue
@@ -29,21 +25,20 @@ def recast_parameters(ep) -> tuple[int, int]:
         if not (isinstance(val, torch.Tensor) and val.requires_grad and val.dtype == torch.float32
                 and val.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(val.device.type)):
             continue
-        low = torch.get_autocast_dtype(val.device.type)
-        casts = sum(1 for u in node.users if u.target is _TO_COPY and u.kwargs.get("dtype") == low)
+        to = torch.get_autocast_dtype(val.device.type)
+        casts = sum(1 for u in node.users if u.target is _TO_COPY and u.kwargs.get("dtype") == to)
         if casts:
-            count += 1
-            moved += val.numel() * (val.element_size() + low.itemsize) * casts
-    return count, moved
+            count, low = count + 1, to
+            moved += val.numel() * (val.element_size() + to.itemsize) * casts
+    return count, moved, low
 
 
 def note(ep) -> str:
     """The one-time note for a capture under autocast that recasts parameters every call; "" when
     it recasts none."""
-    count, moved = recast_parameters(ep)
+    count, moved, dtype = recast_parameters(ep)
     if not count:
         return ""
-    dtype = next(torch.get_autocast_dtype(d) for d in ("cuda", "cpu") if torch.is_autocast_enabled(d))
     size = f"{moved / 2**20:.1f} MiB" if moved >= 2**20 else f"{moved / 2**10:.1f} KiB"
     return (f"under torch.autocast, this program casts {count} parameters to {str(dtype).replace('torch.', '')} "
             f"on every call ({size} read and written), where eager's autocast casts each once "

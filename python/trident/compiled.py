@@ -1231,7 +1231,7 @@ class CompiledFunction:
             # can assume a range the example is outside of): the caller captures statically instead.
             raise UnsupportedError(f"{self.name}: the symbolic capture does not accept its own example ({why})")
         self._captures[key] = ep
-        if autocast_weights.autocast_enabled() and (said := autocast_weights.note(ep)):
+        if said := autocast_weights.note(ep):
             self._warn_once(said)
         return lowered
 
